@@ -1,0 +1,42 @@
+"""``python -m qosflow.trainer``: the qosflow reference training job.
+
+Options come from flags or, for an Argo template, from environment variables (``--help`` lists
+both): ``QOSFLOW_TOTAL_STEPS``, ``QOSFLOW_BATCH_SIZE``, ``QOSFLOW_SEED``, ``QOSFLOW_CHECKPOINT_DIR``,
+``QOSFLOW_CHECKPOINT_EVERY``, ``QOSFLOW_RESUME`` (auto|true|false), the size knobs
+``QOSFLOW_WIDTH`` / ``QOSFLOW_DEPTH`` / ``QOSFLOW_INPUT_DIM``, and ``ARGO_PROGRESS_FILE``.
+
+Exit codes:
+
+* ``0`` — all steps done; the final ``{"event": "done", ...}`` line is on stdout and in
+  ``<checkpoint_dir>/result.json``;
+* ``1`` — unexpected error;
+* ``2`` — bad configuration (also: ``QOSFLOW_RESUME=true`` without a valid checkpoint, or a
+  checkpoint directory holding another run's checkpoints);
+* ``75`` — stopped by SIGTERM after writing a checkpoint (``{"event": "stopped", ...}`` on stdout);
+  rerun with resume to continue.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from qosflow.errors import QosflowError
+from qosflow.trainer.config import parse_config
+from qosflow.trainer.job import TrainingJob
+from qosflow.trainer.preemption import EXIT_USAGE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse options, run the job, return the exit code."""
+    try:
+        config = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
+        return TrainingJob(config).run()
+    except QosflowError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
