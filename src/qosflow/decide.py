@@ -1,0 +1,329 @@
+"""The decision: what to do with one deadline job this round, with the reason in words.
+
+Rules (DESIGN §3):
+
+* the minimal satisfactory share ``n*`` is the smallest allowed level, at most the knee, whose
+  conservative finish is at or before ``deadline - margin``; ``margin = max(margin_seconds, 5 % of
+  the time left)``;
+* ``scale_up`` at once to ``n*`` when the extra units are free (at most one level beyond the
+  largest observed size: a probe); ``bump`` (raise priority) when they are not free or the job is
+  still queued;
+* ``scale_down`` only when a smaller observed level finishes by ``deadline - 2 * margin``, the dwell
+  time since the last rescale has passed, and the units given back for the rest of the run are
+  worth more than ``3 x overhead x current units``;
+* at most one rescale per dwell period; ``at_risk`` when even the knee cannot make it (its
+  ``units`` is then the best size reachable now: the knee, probe-limited, within free units);
+* ``done`` once every step is done; ``on_track`` otherwise (including "hold": a needed rescale
+  waits for the dwell to pass).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from qosflow.errors import SpecError
+from qosflow.predict import Belief, Prediction, predict
+from qosflow.spec import JobSpec
+
+MARGIN_SHARE = 0.05
+"""Share of the time left kept as margin (when larger than the absolute margin)."""
+BENEFIT_FACTOR = 3.0
+"""A scale-down must give back more than this many times the rescale cost in unit-seconds."""
+
+
+class Action(StrEnum):
+    """What the act step does."""
+
+    DONE = "done"
+    ON_TRACK = "on_track"
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    BUMP = "bump"
+    AT_RISK = "at_risk"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSnapshot:
+    """One job as the policy sees it this round.
+
+    Attributes:
+        spec: The job.
+        now: Current time (epoch seconds).
+        steps_done: Steps done so far.
+        units: Size it holds (running) or asked for (queued).
+        queued: True while it waits for capacity (no pod running).
+        last_rescale_at: When it was last rescaled, ``None`` if never.
+        rescale_overhead_s: Cost of a rescale (checkpoint, restart, warm-up) in seconds.
+    """
+
+    spec: JobSpec
+    now: float
+    steps_done: int
+    units: int
+    queued: bool
+    last_rescale_at: float | None
+    rescale_overhead_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of :func:`decide`.
+
+    Attributes:
+        action: What to do.
+        units: Target size (for ``on_track``/``done``: the current size).
+        reason: One sentence with the numbers behind it.
+        median_finish: Median finish at ``units`` (epoch seconds).
+        conservative_finish: Conservative finish at ``units``.
+        deadline: The job's deadline.
+        margin: The safety margin used.
+    """
+
+    action: Action
+    units: int
+    reason: str
+    median_finish: float
+    conservative_finish: float
+    deadline: float
+    margin: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (for XCom); non-finite times become ``None``."""
+        return {
+            "action": self.action.value,
+            "units": self.units,
+            "reason": self.reason,
+            "median_finish": _json_time(self.median_finish),
+            "conservative_finish": _json_time(self.conservative_finish),
+            "deadline": _json_time(self.deadline),
+            "margin": self.margin,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Decision:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            SpecError: Naming the field when ``d`` is not a decision.
+        """
+        try:
+            action = Action(d["action"])
+        except (KeyError, ValueError):
+            raise SpecError(
+                "decision.action", f"must be one of {[a.value for a in Action]}"
+            ) from None
+        try:
+            return cls(
+                action,
+                int(d["units"]),
+                str(d["reason"]),
+                _from_json_time(d["median_finish"]),
+                _from_json_time(d["conservative_finish"]),
+                _from_json_time(d["deadline"]),
+                float(d["margin"]),
+            )
+        except KeyError as exc:
+            raise SpecError(f"decision.{exc.args[0]}", "is required") from None
+        except (TypeError, ValueError) as exc:
+            raise SpecError("decision", f"malformed: {exc}") from None
+
+
+def _json_time(t: float) -> float | None:
+    return t if math.isfinite(t) else None
+
+
+def _from_json_time(v: Any) -> float:
+    return math.inf if v is None else float(v)
+
+
+def _dur(seconds: float) -> str:
+    """A duration in words-with-numbers: ``45 s``, ``12.5 min``, ``3.20 h``."""
+    if not math.isfinite(seconds):
+        return "never"
+    sign, s = ("-" if seconds < 0 else ""), abs(seconds)
+    if s < 120:
+        return f"{sign}{s:.0f} s"
+    if s < 7200:
+        return f"{sign}{s / 60:.1f} min"
+    return f"{sign}{s / 3600:.2f} h"
+
+
+def margin_for(spec: JobSpec, now: float) -> float:
+    """Safety margin: ``max(spec.margin_seconds, 5 % of the time left)``."""
+    left = spec.deadline - now
+    if not math.isfinite(left):
+        return float(spec.margin_seconds)
+    return float(max(spec.margin_seconds, MARGIN_SHARE * max(left, 0.0)))
+
+
+def _at(belief: Belief, snap: JobSnapshot, n: int) -> Prediction:
+    """Prediction at ``n`` units; a queued job changes size for free."""
+    return predict(
+        belief,
+        now=snap.now,
+        steps_done=snap.steps_done,
+        total_steps=snap.spec.total_steps,
+        units=n,
+        current_units=snap.units,
+        overhead_s=0.0 if snap.queued else snap.rescale_overhead_s,
+    )
+
+
+def minimal_share(belief: Belief, snap: JobSnapshot) -> int | None:
+    """Smallest level up to the knee whose conservative finish is by ``deadline - margin``."""
+    target = snap.spec.deadline - margin_for(snap.spec, snap.now)
+    for n in belief.levels:
+        if n > belief.knee:
+            break
+        if _at(belief, snap, n).conservative_finish <= target:
+            return n
+    return None
+
+
+def _decision(
+    action: Action, pred: Prediction, reason: str, snap: JobSnapshot, margin: float
+) -> Decision:
+    return Decision(
+        action,
+        pred.units,
+        reason,
+        pred.median_finish,
+        pred.conservative_finish,
+        snap.spec.deadline,
+        margin,
+    )
+
+
+def _in_dwell(snap: JobSnapshot) -> bool:
+    last = snap.last_rescale_at
+    return last is not None and snap.now - last < snap.spec.dwell_seconds
+
+
+def _finish_words(pred: Prediction, snap: JobSnapshot) -> str:
+    return (
+        f"conservative finish at {pred.units} units in {_dur(pred.conservative_finish - snap.now)} "
+        f"(median {_dur(pred.median_finish - snap.now)})"
+    )
+
+
+def _budget_words(snap: JobSnapshot, margin: float) -> str:
+    left = snap.spec.deadline - snap.now
+    return f"{_dur(left)} left to the deadline, margin {_dur(margin)}"
+
+
+def _grow(snap: JobSnapshot, belief: Belief, margin: float, need: int, free_units: int) -> Decision:
+    target = min(need, max(belief.probe_limit, snap.units))
+    if target <= snap.units:
+        target = next((n for n in belief.levels if n > snap.units), snap.units)
+    now_pred, pred = _at(belief, snap, snap.units), _at(belief, snap, target)
+    why = f"{_finish_words(now_pred, snap)} misses {_budget_words(snap, margin)}"
+    probe = f" (probe: one level beyond observed, {need} needed)" if target < need else ""
+    if snap.queued:
+        return _decision(
+            Action.BUMP,
+            pred,
+            f"queued; {why}; raise priority to start at {target} units{probe}",
+            snap,
+            margin,
+        )
+    if _in_dwell(snap):
+        wait = snap.spec.dwell_seconds - (snap.now - (snap.last_rescale_at or snap.now))
+        return _decision(
+            Action.ON_TRACK,
+            now_pred,
+            f"hold: {why}, but the last rescale was under the dwell of {_dur(snap.spec.dwell_seconds)}"
+            f" ago; scale to {target} units in {_dur(wait)}",
+            snap,
+            margin,
+        )
+    extra = target - snap.units
+    if extra <= free_units:
+        return _decision(
+            Action.SCALE_UP,
+            pred,
+            f"{why}; {extra} of {free_units} free units make it {target}{probe}: {_finish_words(pred, snap)}",
+            snap,
+            margin,
+        )
+    return _decision(
+        Action.BUMP,
+        pred,
+        f"{why}; {target} units needed but only {free_units} free of the {extra} extra: raise priority{probe}",
+        snap,
+        margin,
+    )
+
+
+def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> Decision | None:
+    if _in_dwell(snap) or snap.queued:
+        return None
+    top = max(belief.observed) if belief.observed else belief.levels[-1]
+    goal = snap.spec.deadline - 2.0 * margin
+    for n in belief.levels:
+        if n >= snap.units or n > top:
+            return None
+        pred = _at(belief, snap, n)
+        if pred.conservative_finish > goal:
+            continue
+        freed = (snap.units - n) * max(pred.median_finish - snap.now, 0.0)
+        cost = BENEFIT_FACTOR * snap.rescale_overhead_s * snap.units
+        if freed <= cost:
+            return None
+        reason = (
+            f"{_finish_words(pred, snap)} beats {_budget_words(snap, margin)} by twice the margin; "
+            f"giving back {snap.units - n} units frees {freed:.0f} unit-s (> {cost:.0f} rescale cost)"
+        )
+        return _decision(Action.SCALE_DOWN, pred, reason, snap, margin)
+    return None
+
+
+def _at_risk(snap: JobSnapshot, belief: Belief, margin: float, free_units: int) -> Decision:
+    cap = min(belief.knee, max(belief.probe_limit, snap.units))
+    reach = cap if snap.queued else min(cap, snap.units + max(free_units, 0))
+    target = snap.units if _in_dwell(snap) and not snap.queued else None
+    if target is None:
+        fits = [n for n in belief.levels if n <= reach]
+        target = fits[-1] if fits else belief.levels[0]
+    best, pred = _at(belief, snap, cap), _at(belief, snap, target)
+    reason = (
+        f"even the knee: {_finish_words(best, snap)} misses {_budget_words(snap, margin)}; "
+        f"running at {target} units: {_finish_words(pred, snap)}"
+    )
+    return _decision(Action.AT_RISK, pred, reason, snap, margin)
+
+
+def decide(snap: JobSnapshot, belief: Belief, *, free_units: int) -> Decision:
+    """Decide this round's action for one job.
+
+    Args:
+        snap: The job now.
+        belief: Its speed belief.
+        free_units: Units available to this job beyond what it holds (the resource status).
+
+    Returns:
+        The :class:`Decision`; its ``units`` is always one of ``belief.levels`` unless the job keeps
+        a current size outside them (``on_track``/``done``).
+    """
+    spec = snap.spec
+    margin = margin_for(spec, snap.now)
+    here = _at(belief, snap, snap.units)
+    if snap.steps_done >= spec.total_steps:
+        return _decision(Action.DONE, here, f"all {spec.total_steps} steps are done", snap, margin)
+    if not math.isfinite(spec.deadline):
+        reason = f"best-effort job without a deadline; {_finish_words(here, snap)}"
+        return _decision(Action.ON_TRACK, here, reason, snap, margin)
+    need = minimal_share(belief, snap)
+    if need is None:
+        return _at_risk(snap, belief, margin, free_units)
+    if need > snap.units:
+        return _grow(snap, belief, margin, need, free_units)
+    if need < snap.units:
+        down = _shrink(snap, belief, margin)
+        if down is not None:
+            return down
+    reason = f"{_finish_words(here, snap)} meets {_budget_words(snap, margin)}"
+    return _decision(Action.ON_TRACK, here, reason, snap, margin)

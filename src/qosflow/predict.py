@@ -1,0 +1,213 @@
+"""Finish-time prediction: a median and a conservative finish for any candidate size.
+
+``finish(n) = now + overhead(n_cur -> n) + remaining_steps * tau(n)``. The median uses the fitted
+model; the conservative finish uses the 90th percentile of the parameter-bootstrap step times at
+``n`` (wide where ``n`` was never observed), inflated by a split-conformal factor learnt from logged
+(predicted, realised) remaining times — 1.15 before any exist.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from qosflow.speed import FitResult, SpeedCurve, TableCurve, features, knee
+
+DEFAULT_FACTOR = 1.15
+"""Conformal inflation used before any (predicted, realised) pair has been logged."""
+QUANTILE = 0.9
+"""Bootstrap quantile of the step time used by the conservative curve."""
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Split-conformal inflation of predicted remaining time.
+
+    Attributes:
+        factor: Multiplier on remaining time that covered the target share of past predictions.
+        n: Number of (predicted, realised) pairs it was learnt from (0: the default).
+    """
+
+    factor: float = DEFAULT_FACTOR
+    n: int = 0
+
+
+def calibrate(pairs: Sequence[tuple[float, float]], *, coverage: float = 0.9) -> Calibration:
+    """Learn the conformal factor from logged (predicted remaining s, realised remaining s) pairs.
+
+    The factor is the ``ceil(coverage * (m + 1))``-th smallest of the ``m`` ratios realised /
+    predicted (finite-sample coverage under exchangeability). With too few pairs for that rank
+    the factor is the larger of the default and the largest ratio. It is never below 1, so the
+    conservative finish never precedes the median.
+
+    Args:
+        pairs: (predicted, realised) remaining seconds; pairs with a non-positive or non-finite
+            prediction are ignored.
+        coverage: Target share of realised times at or below the inflated prediction.
+    """
+    ratios = np.array(
+        [r / p for p, r in pairs if p > 0 and math.isfinite(p) and math.isfinite(r) and r >= 0],
+        dtype=np.float64,
+    )
+    m = int(ratios.size)
+    if m == 0:
+        return Calibration()
+    rank = math.ceil(min(max(coverage, 0.0), 1.0) * (m + 1))
+    if rank > m:
+        return Calibration(max(DEFAULT_FACTOR, float(ratios.max())), m)
+    factor = float(np.partition(ratios, rank - 1)[rank - 1])
+    return Calibration(max(factor, 1.0), m)
+
+
+@dataclass(frozen=True, slots=True)
+class Belief:
+    """What a policy believes about one job's speed.
+
+    Attributes:
+        median: Expected step time by size.
+        conservative: Pessimistic step time by size (bootstrap quantile x conformal factor).
+        levels: Sizes the job may run at, ascending.
+        knee: The level with the highest median throughput; never plan above it.
+        observed: Sizes with measured step times; the probe rule plans at most one level beyond
+            the largest (empty: nothing measured, every level plannable).
+    """
+
+    median: SpeedCurve
+    conservative: SpeedCurve
+    levels: tuple[int, ...]
+    knee: int
+    observed: tuple[int, ...] = ()
+
+    @property
+    def probe_limit(self) -> int:
+        """Largest level the probe rule allows now."""
+        if not self.observed:
+            return self.levels[-1]
+        top = max(self.observed)
+        return next((n for n in self.levels if n > top), self.levels[-1])
+
+
+def belief_from_fit(
+    fit: FitResult, levels: Sequence[int], calibration: Calibration, *, quantile: float = QUANTILE
+) -> Belief:
+    """The belief a fit supports over the allowed levels.
+
+    Args:
+        fit: A speed fit (a failed fit yields the prior's, or an infinite, step time).
+        levels: Allowed sizes.
+        calibration: Conformal inflation of the conservative curve.
+        quantile: Bootstrap quantile of the conservative step time.
+    """
+    ordered = tuple(sorted(set(levels)))
+    med = fit.model.step_times(ordered)
+    if fit.bootstrap:
+        params = np.array([m.params for m in fit.bootstrap])
+        reps = params @ features(ordered, fit.model.node_size).T
+        cons = np.maximum(np.quantile(reps, quantile, axis=0), med)
+    else:
+        cons = med
+    cons = cons * max(calibration.factor, 1.0)
+    table = {
+        n: (1.0 / c if c > 0 and math.isfinite(c) else 0.0)
+        for n, c in zip(ordered, cons, strict=True)
+    }
+    return Belief(
+        fit.model, TableCurve(table), ordered, knee(fit.model, ordered), fit.observed_units
+    )
+
+
+def oracle_belief(curve: SpeedCurve, levels: Sequence[int]) -> Belief:
+    """A belief that knows the truth: conservative equals median, every level is plannable."""
+    ordered = tuple(sorted(set(levels)))
+    return Belief(curve, curve, ordered, knee(curve, ordered), ())
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """Finish times of one job at one size (epoch seconds)."""
+
+    units: int
+    median_finish: float
+    conservative_finish: float
+    remaining_steps: int
+
+
+def predict(
+    belief: Belief,
+    *,
+    now: float,
+    steps_done: int,
+    total_steps: int,
+    units: int,
+    current_units: int,
+    overhead_s: float = 0.0,
+) -> Prediction:
+    """Median and conservative finish if the job ran at ``units`` from ``now``.
+
+    Args:
+        belief: The job's speed belief.
+        now: Current time.
+        steps_done: Steps done so far.
+        total_steps: Steps of the whole job.
+        units: Candidate size.
+        current_units: Size it runs at now; a different ``units`` pays ``overhead_s``.
+        overhead_s: Rescale cost (checkpoint, restart, warm-up) in seconds.
+    """
+    remaining = max(total_steps - steps_done, 0)
+    if remaining == 0:
+        return Prediction(units, now, now, 0)
+    start = now + (overhead_s if units != current_units else 0.0)
+    return Prediction(
+        units,
+        float(start + remaining * belief.median.step_time(units)),
+        float(start + remaining * belief.conservative.step_time(units)),
+        remaining,
+    )
+
+
+def schedule(
+    belief: Belief,
+    *,
+    start: float,
+    steps_done: int,
+    total_steps: int,
+    units: int,
+    deadline: float,
+    margin: float,
+    points: int = 50,
+) -> list[tuple[float, int]]:
+    """The deadline-derived schedule: steps that must be done by each instant.
+
+    At time ``t`` the job must have done ``total - (deadline - margin - t) / tau_c(units)`` steps,
+    ``tau_c`` the conservative step time: behind this line, the conservative finish at ``units`` is
+    after ``deadline - margin`` (exactly where :func:`qosflow.decide.decide` stops being on track).
+
+    Args:
+        belief: The job's speed belief.
+        start: First instant of the schedule.
+        steps_done: Steps done at ``start`` (kept for symmetry with :func:`predict`).
+        total_steps: Steps of the whole job.
+        units: The chosen size.
+        deadline: The deadline.
+        margin: Safety margin before the deadline.
+        points: Number of instants, evenly spaced from ``start`` to ``deadline - margin``.
+
+    Returns:
+        ``(time, steps)`` pairs; steps are within ``[0, total_steps]`` and non-decreasing.
+    """
+    del steps_done  # the line does not depend on where the job is now
+    target = deadline - margin
+    tau = belief.conservative.step_time(units)
+    if not math.isfinite(target):
+        return [(start, 0)]
+    end = max(target, start)
+    times = np.linspace(start, end, max(points, 2))
+    if not math.isfinite(tau) or tau <= 0:
+        need = np.full(times.size, float(total_steps))
+    else:
+        need = total_steps - (target - times) / tau
+    steps = np.clip(np.ceil(need - 1e-9), 0, total_steps).astype(np.int64)
+    return [(float(t), int(s)) for t, s in zip(times, steps, strict=True)]

@@ -1,0 +1,394 @@
+"""The step-time model: how many seconds one training step takes at ``n`` resource units.
+
+``tau(n) = t0 + t1/n + t2*[n>1](n-1)/n + t3*(n-1) + t4*[n>node_size]`` with every parameter >= 0:
+
+* ``t0`` — fixed per-step cost (data loading, optimiser, a parameter-server round trip);
+* ``t1`` — work split across units (a fixed global batch computed in parallel);
+* ``t2`` — ring all-reduce bandwidth cost, growing towards ``t2`` as ``n`` grows;
+* ``t3`` — per-unit latency or fan-in contention (the retrogression at large ``n``);
+* ``t4`` — the step paid once the job spans more than one node.
+
+:func:`fit` turns progress samples ``(time, steps_done, units)`` into windows (warm-up after every
+(re)start dropped, median step time per window), aggregates them per size, adds prior pseudo-rows
+(history, or a pessimistic default shape) whose weight decays as windows accumulate, and solves a
+weighted ``scipy.optimize.nnls``. A fit that cannot be made is a :class:`FitResult` with
+``success=False`` — never an exception.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import nnls
+
+FloatArray = npt.NDArray[np.float64]
+
+WARMUP_STEPS = 20
+"""Steps dropped after every (re)start, unless :data:`WARMUP_S` passes first."""
+WARMUP_S = 60.0
+"""Seconds dropped after every (re)start, unless :data:`WARMUP_STEPS` pass first."""
+WINDOW_INTERVALS = 5
+"""Consecutive sample intervals per window; each window yields one median step time."""
+BOOTSTRAP = 100
+"""Parameter bootstrap replicas per fit."""
+PRIOR_SIGMA = 0.25
+"""Relative uncertainty of a prior pseudo-row (the prior's shape is believed to within 25 %)."""
+PRIOR_DECAY = 10.0
+"""Windows of data after which a prior pseudo-row has lost half its weight."""
+SIGMA_FLOOR = 0.02
+"""Smallest relative noise assumed for an observed size (guards against over-confident rows)."""
+SIGMA_DEFAULT = 0.05
+"""Relative noise assumed for a size observed in one window only."""
+
+# Pessimistic default shape, normalised to tau(1) = 1: speed-up 1.5x at 2, 1.9x at 4, 2.3x at 8.
+_DEFAULT_SHAPE = (0.3, 0.7, 0.05, 0.0, 0.02)
+
+
+@runtime_checkable
+class SpeedCurve(Protocol):
+    """Anything that knows the seconds per step at ``n`` units."""
+
+    def step_time(self, n: int) -> float:
+        """Seconds per step at ``n`` units (``inf`` when the job cannot run there)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressSample:
+    """One progress observation: ``steps_done`` steps were done at ``time`` running on ``units``."""
+
+    time: float
+    steps_done: int
+    units: int
+
+
+def features(n: npt.ArrayLike, node_size: int) -> FloatArray:
+    """Feature rows ``[1, 1/n, [n>1](n-1)/n, n-1, [n>node_size]]`` of sizes ``n`` (shape ``(k, 5)``)."""
+    units = np.atleast_1d(np.asarray(n, dtype=np.float64))
+    return np.column_stack(
+        (
+            np.ones_like(units),
+            1.0 / units,
+            np.where(units > 1, (units - 1.0) / units, 0.0),
+            units - 1.0,
+            (units > node_size).astype(np.float64),
+        )
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedModel:
+    """The fitted step-time model; every parameter is in seconds and non-negative.
+
+    Attributes:
+        t0: Fixed per-step cost.
+        t1: Parallelisable work (seconds at one unit).
+        t2: All-reduce bandwidth cost (reached as ``n`` grows).
+        t3: Per-additional-unit latency / contention.
+        t4: Cost of crossing the node boundary.
+        node_size: Units per node; ``t4`` applies above it.
+    """
+
+    t0: float
+    t1: float
+    t2: float
+    t3: float
+    t4: float
+    node_size: int
+
+    @property
+    def params(self) -> FloatArray:
+        """The parameters as an array ``[t0, t1, t2, t3, t4]``."""
+        return np.array([self.t0, self.t1, self.t2, self.t3, self.t4], dtype=np.float64)
+
+    @classmethod
+    def from_params(cls, params: npt.ArrayLike, node_size: int) -> SpeedModel:
+        """Build a model from ``[t0, t1, t2, t3, t4]``."""
+        t0, t1, t2, t3, t4 = (float(v) for v in np.asarray(params, dtype=np.float64))
+        return cls(t0, t1, t2, t3, t4, node_size)
+
+    def step_time(self, n: int) -> float:
+        """Seconds per step at ``n`` units."""
+        if n < 1:
+            return math.inf
+        cross = self.t4 if n > self.node_size else 0.0
+        spread = self.t2 * (n - 1) / n if n > 1 else 0.0
+        return self.t0 + self.t1 / n + spread + self.t3 * (n - 1) + cross
+
+    def step_times(self, n: npt.ArrayLike) -> FloatArray:
+        """Vectorised :meth:`step_time`."""
+        return features(n, self.node_size) @ self.params
+
+    def throughput(self, n: int) -> float:
+        """Steps per second at ``n`` units (0 where the step time is infinite)."""
+        tau = self.step_time(n)
+        return 0.0 if not math.isfinite(tau) or tau <= 0 else 1.0 / tau
+
+    def scaled(self, factor: float) -> SpeedModel:
+        """The same shape with every step time multiplied by ``factor``."""
+        return SpeedModel.from_params(self.params * factor, self.node_size)
+
+
+UNKNOWN = SpeedModel(math.inf, 0.0, 0.0, 0.0, 0.0, 1)
+"""The model of a job nothing is known about: infinite step time (nothing can be promised)."""
+
+
+def pessimistic_prior(node_size: int, *, step_time: float = 1.0, units: int = 1) -> SpeedModel:
+    """The default prior: poor scaling, scaled so ``tau(units) == step_time``.
+
+    Pessimism is deliberate: an optimistic prior makes a deadline job scale up too little and miss.
+    """
+    shape = SpeedModel.from_params(_DEFAULT_SHAPE, node_size)
+    return shape.scaled(step_time / shape.step_time(units))
+
+
+@dataclass(frozen=True, slots=True)
+class TableCurve:
+    """Oracle speeds (e.g. an ElasticFlow throughput table): steps per second by units."""
+
+    throughput_by_units: Mapping[int, float]
+
+    def step_time(self, n: int) -> float:
+        """Seconds per step; ``inf`` where the table has no (positive) value."""
+        x = self.throughput_by_units.get(n)
+        if x is None or not math.isfinite(x) or x <= 0:
+            return math.inf
+        return 1.0 / x
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """One steady window: the median step time over a few consecutive sample intervals."""
+
+    units: int
+    step_time: float
+    steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    """Outcome of :func:`fit`; ``success=False`` carries the reason in ``message``.
+
+    Attributes:
+        success: True when progress data were fitted.
+        model: The fitted model (the prior, or :data:`UNKNOWN`, when the fit failed).
+        residual: RMS relative error of the model at the observed sizes.
+        n_samples: Progress samples given.
+        observed_units: Sizes with at least one steady window, ascending.
+        message: What happened, in words.
+        bootstrap: Parameter bootstrap replicas (may be empty).
+        windows: Steady windows used.
+    """
+
+    success: bool
+    model: SpeedModel
+    residual: float
+    n_samples: int
+    observed_units: tuple[int, ...]
+    message: str
+    bootstrap: tuple[SpeedModel, ...] = ()
+    windows: int = 0
+
+
+def _segments(samples: Sequence[ProgressSample]) -> list[list[ProgressSample]]:
+    """Split samples into runs at one size; a size change or a step counter reset starts a run."""
+    runs: list[list[ProgressSample]] = []
+    for s in sorted(samples, key=lambda s: s.time):
+        last = runs[-1][-1] if runs else None
+        if last is None or s.units != last.units or s.steps_done < last.steps_done:
+            runs.append([s])
+        else:
+            runs[-1].append(s)
+    return runs
+
+
+def _segment_windows(
+    run: list[ProgressSample], warmup_steps: int, warmup_s: float, per_window: int
+) -> list[Window]:
+    t = np.array([s.time for s in run], dtype=np.float64)
+    k = np.array([s.steps_done for s in run], dtype=np.float64)
+    steady = (k - k[0] >= warmup_steps) | (t - t[0] >= warmup_s)
+    t, k = t[steady], k[steady]
+    moving = np.flatnonzero(np.diff(k) > 0) + 1  # stalls are folded into the next moving interval
+    if moving.size == 0:
+        return []
+    ends = moving
+    starts = np.concatenate(([0], moving[:-1]))
+    dt, dk = t[ends] - t[starts], k[ends] - k[starts]
+    ok = dt > 0
+    taus, steps = dt[ok] / dk[ok], dk[ok]
+    if taus.size == 0:
+        return []
+    cuts = list(range(per_window, taus.size - per_window // 2, per_window))
+    return [
+        Window(run[0].units, float(np.median(chunk)), int(cs.sum()))
+        for chunk, cs in zip(np.split(taus, cuts), np.split(steps, cuts), strict=True)
+    ]
+
+
+def windows(
+    samples: Sequence[ProgressSample],
+    *,
+    warmup_steps: int = WARMUP_STEPS,
+    warmup_s: float = WARMUP_S,
+    per_window: int = WINDOW_INTERVALS,
+) -> list[Window]:
+    """Steady windows of a progress stream, warm-up after every (re)start dropped."""
+    out: list[Window] = []
+    for run in _segments(samples):
+        if len(run) >= 2 and run[0].units >= 1:
+            out += _segment_windows(run, warmup_steps, warmup_s, max(per_window, 1))
+    return out
+
+
+def _levels_table(ws: Sequence[Window]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Per observed size: units, median step time, relative noise, window count."""
+    sizes = sorted({w.units for w in ws})
+    n, tau, sigma, count = [], [], [], []
+    for size in sizes:
+        v = np.array([w.step_time for w in ws if w.units == size], dtype=np.float64)
+        med = float(np.median(v))
+        mad = float(np.median(np.abs(v - med))) * 1.4826 / med if v.size > 1 else SIGMA_DEFAULT
+        n.append(size)
+        tau.append(med)
+        sigma.append(max(mad, SIGMA_FLOOR))
+        count.append(v.size)
+    return (
+        np.array(n, float),
+        np.array(tau, float),
+        np.array(sigma, float),
+        np.array(count, float),
+    )
+
+
+def _prior_grid(node_size: int, observed: FloatArray) -> FloatArray:
+    top = max(64, 4 * node_size, int(observed.max(initial=1)) * 2)
+    grid = {2**i for i in range(int(math.log2(top)) + 1)} | {node_size, node_size + 1}
+    return np.array(sorted(grid), dtype=np.float64)
+
+
+def _design(
+    ws: Sequence[Window], node_size: int, prior: SpeedModel
+) -> tuple[FloatArray, FloatArray, FloatArray, int]:
+    """Weighted relative rows: returns (A, b, per-row noise for the bootstrap, data row count)."""
+    n, tau, sigma, count = _levels_table(ws)
+    grid = _prior_grid(node_size, n)
+    ptau = prior.step_times(grid)
+    if n.size:
+        scale = float(np.exp(np.average(np.log(tau / prior.step_times(n)), weights=count)))
+        ptau = ptau * scale
+    weight_prior = 1.0 / (PRIOR_SIGMA * math.sqrt(1.0 + float(count.sum()) / PRIOR_DECAY))
+    w = np.concatenate((np.sqrt(count) / sigma / tau, np.full(grid.size, weight_prior) / ptau))
+    rows = np.vstack((features(n, node_size), features(grid, node_size)))
+    target = np.concatenate((tau, ptau))
+    noise = np.concatenate((1.2533 * sigma / np.sqrt(count), np.full(grid.size, PRIOR_SIGMA)))
+    return rows * w[:, None], target * w, noise, int(n.size)
+
+
+def _bootstrap(
+    a: FloatArray,
+    b: FloatArray,
+    noise: FloatArray,
+    active: npt.NDArray[np.bool_],
+    rng: np.random.Generator,
+) -> FloatArray:
+    """Replica parameters: perturb every row's target, re-solve on the NNLS active set, clip at 0."""
+    z = rng.standard_normal((BOOTSTRAP, b.size))
+    targets = b[None, :] * np.exp(noise[None, :] * z - 0.5 * noise[None, :] ** 2)
+    out = np.zeros((BOOTSTRAP, a.shape[1]))
+    if active.any():
+        sol, *_ = np.linalg.lstsq(a[:, active], targets.T, rcond=None)
+        out[:, active] = np.clip(sol.T, 0.0, None)
+    return out
+
+
+def fit(
+    samples: Sequence[ProgressSample],
+    *,
+    node_size: int,
+    prior: SpeedModel | None = None,
+    rng: np.random.Generator | None = None,
+) -> FitResult:
+    """Fit the step-time model to a progress stream; never raises for bad data.
+
+    Args:
+        samples: Progress samples of one job (any order; several sizes and restarts allowed).
+        node_size: Units per node (where ``t4`` starts to apply).
+        prior: A model from history; ``None`` uses the pessimistic default shape. Either way the
+            prior is rescaled to the observed step times and only shapes the unobserved sizes.
+        rng: Generator for the parameter bootstrap (a fixed seed when ``None``: deterministic).
+
+    Returns:
+        The :class:`FitResult`; ``success=False`` when there is no steady window to fit.
+    """
+    ws = windows(samples)
+    base = prior if prior is not None else pessimistic_prior(node_size)
+    if not ws and prior is None:
+        return FitResult(
+            False, UNKNOWN, math.inf, len(samples), (), "no steady progress window yet"
+        )
+    a, b, noise, k = _design(ws, node_size, SpeedModel.from_params(base.params, node_size))
+    try:
+        params, _ = nnls(a, b)
+    except (RuntimeError, ValueError) as exc:  # iteration limit or non-finite input
+        return FitResult(False, prior or UNKNOWN, math.inf, len(samples), (), f"nnls failed: {exc}")
+    model = SpeedModel.from_params(params, node_size)
+    reps = _bootstrap(a, b, noise, params > 0, rng if rng is not None else np.random.default_rng(0))
+    boot = tuple(SpeedModel.from_params(p, node_size) for p in reps)
+    if not ws:
+        return FitResult(
+            False,
+            model,
+            math.inf,
+            len(samples),
+            (),
+            "no steady progress window yet; using the prior",
+            boot,
+        )
+    observed = sorted({w.units for w in ws})
+    n, tau, _, _ = _levels_table(ws)
+    residual = float(np.sqrt(np.mean((model.step_times(n) / tau - 1.0) ** 2)))
+    if not math.isfinite(residual):
+        return FitResult(False, prior or UNKNOWN, math.inf, len(samples), (), "fit is not finite")
+    message = (
+        f"fitted {len(ws)} windows at sizes {observed} (rms error {residual:.1%}, {k} observed, "
+        f"{'history' if prior is not None else 'pessimistic default'} prior)"
+    )
+    return FitResult(True, model, residual, len(samples), tuple(observed), message, boot, len(ws))
+
+
+def knee(curve: SpeedCurve, levels: Sequence[int]) -> int:
+    """The throughput knee: the smallest level with the highest throughput.
+
+    Args:
+        curve: The speed curve.
+        levels: Allowed sizes (any order, at least one).
+
+    Returns:
+        The level with the smallest step time (ties go to the smaller level).
+    """
+    ordered = sorted(levels)
+    taus = [curve.step_time(n) for n in ordered]
+    best = min(taus)
+    if not math.isfinite(best):
+        return ordered[0]
+    return next(n for n, t in zip(ordered, taus, strict=True) if t <= best * (1 + 1e-9))
+
+
+def plannable_levels(levels: Sequence[int], observed_units: Sequence[int]) -> tuple[int, ...]:
+    """The probe rule: the levels at most one level beyond the largest observed size.
+
+    With nothing observed yet every level is plannable (the plan rests on the prior alone).
+    """
+    ordered = tuple(sorted(set(levels)))
+    if not observed_units:
+        return ordered
+    top = max(observed_units)
+    above = [n for n in ordered if n > top]
+    limit = above[0] if above else top
+    return tuple(n for n in ordered if n <= limit)
