@@ -296,6 +296,19 @@ def _at_risk(snap: JobSnapshot, belief: Belief, margin: float, free_units: int) 
     return _decision(Action.AT_RISK, pred, reason, snap, margin)
 
 
+def _too_big(snap: JobSnapshot, belief: Belief, margin: float, need: int) -> Decision:
+    """The current size (above the knee) misses, a smaller one would make it, but not by 2x margin."""
+    here = _at(belief, snap, snap.units)
+    target = snap.units if _in_dwell(snap) else need
+    pred = _at(belief, snap, target)
+    reason = (
+        f"{_finish_words(here, snap)} misses {_budget_words(snap, margin)} (above the knee at "
+        f"{belief.knee}); {need} units would make it, but not by twice the margin; "
+        f"running at {target} units: {_finish_words(pred, snap)}"
+    )
+    return _decision(Action.AT_RISK, pred, reason, snap, margin)
+
+
 def decide(snap: JobSnapshot, belief: Belief, *, free_units: int) -> Decision:
     """Decide this round's action for one job.
 
@@ -325,5 +338,7 @@ def decide(snap: JobSnapshot, belief: Belief, *, free_units: int) -> Decision:
         down = _shrink(snap, belief, margin)
         if down is not None:
             return down
+        if here.conservative_finish > spec.deadline - margin:
+            return _too_big(snap, belief, margin, need)
     reason = f"{_finish_words(here, snap)} meets {_budget_words(snap, margin)}"
     return _decision(Action.ON_TRACK, here, reason, snap, margin)

@@ -104,7 +104,7 @@ def belief_from_fit(
     ordered = tuple(sorted(set(levels)))
     med = fit.model.step_times(ordered)
     if fit.bootstrap:
-        params = np.array([m.params for m in fit.bootstrap])
+        params = np.array([(m.t0, m.t1, m.t2, m.t3, m.t4) for m in fit.bootstrap])
         reps = params @ features(ordered, fit.model.node_size).T
         cons = np.maximum(np.quantile(reps, quantile, axis=0), med)
     else:
@@ -112,7 +112,7 @@ def belief_from_fit(
     cons = cons * max(calibration.factor, 1.0)
     table = {
         n: (1.0 / c if c > 0 and math.isfinite(c) else 0.0)
-        for n, c in zip(ordered, cons, strict=True)
+        for n, c in zip(ordered, cons.tolist(), strict=True)
     }
     return Belief(
         fit.model, TableCurve(table), ordered, knee(fit.model, ordered), fit.observed_units

@@ -207,28 +207,55 @@ def _segments(samples: Sequence[ProgressSample]) -> list[list[ProgressSample]]:
     return runs
 
 
+def _chunk_medians(values: FloatArray, idx: npt.NDArray[np.int64], chunks: int) -> FloatArray:
+    """Median of ``values`` within each chunk ``idx`` (vectorised; ``idx`` sorted ascending)."""
+    order = np.lexsort((values, idx))
+    ordered = values[order]
+    counts = np.bincount(idx, minlength=chunks)
+    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    return np.asarray(
+        0.5 * (ordered[first + (counts - 1) // 2] + ordered[first + counts // 2]), dtype=np.float64
+    )
+
+
 def _segment_windows(
     run: list[ProgressSample], warmup_steps: int, warmup_s: float, per_window: int
-) -> list[Window]:
+) -> tuple[FloatArray, FloatArray]:
+    """Median step time and steps of each window of one run."""
     t = np.array([s.time for s in run], dtype=np.float64)
     k = np.array([s.steps_done for s in run], dtype=np.float64)
     steady = (k - k[0] >= warmup_steps) | (t - t[0] >= warmup_s)
     t, k = t[steady], k[steady]
-    moving = np.flatnonzero(np.diff(k) > 0) + 1  # stalls are folded into the next moving interval
-    if moving.size == 0:
-        return []
-    ends = moving
-    starts = np.concatenate(([0], moving[:-1]))
+    ends = np.flatnonzero(np.diff(k) > 0) + 1  # stalls are folded into the next moving interval
+    starts = np.concatenate(([0], ends[:-1]))
     dt, dk = t[ends] - t[starts], k[ends] - k[starts]
     ok = dt > 0
     taus, steps = dt[ok] / dk[ok], dk[ok]
     if taus.size == 0:
-        return []
-    cuts = list(range(per_window, taus.size - per_window // 2, per_window))
-    return [
-        Window(run[0].units, float(np.median(chunk)), int(cs.sum()))
-        for chunk, cs in zip(np.split(taus, cuts), np.split(steps, cuts), strict=True)
-    ]
+        return np.empty(0), np.empty(0)
+    # chunks of per_window intervals; a short tail (at most half a window) joins the chunk before
+    chunks = max(1, 1 + len(range(per_window, taus.size - per_window // 2, per_window)))
+    idx = np.minimum(np.arange(taus.size) // per_window, chunks - 1)
+    sums = np.asarray(np.bincount(idx, weights=steps, minlength=chunks), dtype=np.float64)
+    return _chunk_medians(taus, idx, chunks), sums
+
+
+def _window_arrays(
+    samples: Sequence[ProgressSample], warmup_steps: int, warmup_s: float, per_window: int
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Units, median step time and steps of every steady window."""
+    units: list[FloatArray] = []
+    taus: list[FloatArray] = []
+    steps: list[FloatArray] = []
+    for run in _segments(samples):
+        if len(run) >= 2 and run[0].units >= 1:
+            tau, k = _segment_windows(run, warmup_steps, warmup_s, max(per_window, 1))
+            units.append(np.full(tau.size, float(run[0].units)))
+            taus.append(tau)
+            steps.append(k)
+    if not units:
+        return np.empty(0), np.empty(0), np.empty(0)
+    return np.concatenate(units), np.concatenate(taus), np.concatenate(steps)
 
 
 def windows(
@@ -238,32 +265,32 @@ def windows(
     warmup_s: float = WARMUP_S,
     per_window: int = WINDOW_INTERVALS,
 ) -> list[Window]:
-    """Steady windows of a progress stream, warm-up after every (re)start dropped."""
-    out: list[Window] = []
-    for run in _segments(samples):
-        if len(run) >= 2 and run[0].units >= 1:
-            out += _segment_windows(run, warmup_steps, warmup_s, max(per_window, 1))
-    return out
+    """Steady windows of a progress stream, warm-up after every (re)start dropped.
+
+    A run is a stretch of samples at one size; a size change or a reset of the step counter (a
+    restart from a checkpoint) starts a new run, whose first ``warmup_steps`` steps or
+    ``warmup_s`` seconds (whichever ends first) are dropped. Each window is the median of the
+    step times ``dt / dsteps`` of ``per_window`` consecutive intervals.
+    """
+    units, taus, steps = _window_arrays(samples, warmup_steps, warmup_s, per_window)
+    return [
+        Window(int(u), t, int(k))
+        for u, t, k in zip(units.tolist(), taus.tolist(), steps.tolist(), strict=True)
+    ]
 
 
-def _levels_table(ws: Sequence[Window]) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+def _levels_table(
+    units: FloatArray, taus: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """Per observed size: units, median step time, relative noise, window count."""
-    sizes = sorted({w.units for w in ws})
-    n, tau, sigma, count = [], [], [], []
-    for size in sizes:
-        v = np.array([w.step_time for w in ws if w.units == size], dtype=np.float64)
+    n = np.unique(units)
+    tau, sigma, count = np.empty(n.size), np.empty(n.size), np.empty(n.size)
+    for i, size in enumerate(n.tolist()):
+        v = taus[units == size]
         med = float(np.median(v))
         mad = float(np.median(np.abs(v - med))) * 1.4826 / med if v.size > 1 else SIGMA_DEFAULT
-        n.append(size)
-        tau.append(med)
-        sigma.append(max(mad, SIGMA_FLOOR))
-        count.append(v.size)
-    return (
-        np.array(n, float),
-        np.array(tau, float),
-        np.array(sigma, float),
-        np.array(count, float),
-    )
+        tau[i], sigma[i], count[i] = med, max(mad, SIGMA_FLOOR), v.size
+    return n, tau, sigma, count
 
 
 def _prior_grid(node_size: int, observed: FloatArray) -> FloatArray:
@@ -273,10 +300,16 @@ def _prior_grid(node_size: int, observed: FloatArray) -> FloatArray:
 
 
 def _design(
-    ws: Sequence[Window], node_size: int, prior: SpeedModel
-) -> tuple[FloatArray, FloatArray, FloatArray, int]:
-    """Weighted relative rows: returns (A, b, per-row noise for the bootstrap, data row count)."""
-    n, tau, sigma, count = _levels_table(ws)
+    table: tuple[FloatArray, FloatArray, FloatArray, FloatArray], node_size: int, prior: SpeedModel
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Weighted relative rows ``(A, b)`` and each row's relative noise for the bootstrap.
+
+    Data rows (one per observed size) weigh ``sqrt(windows) / noise``; prior pseudo-rows (the
+    prior rescaled to the observed step times) weigh ``1 / (PRIOR_SIGMA * sqrt(1 + windows /
+    PRIOR_DECAY))``, so they fade as windows accumulate. Rows are divided by their target, so the
+    fit minimises relative error.
+    """
+    n, tau, sigma, count = table
     grid = _prior_grid(node_size, n)
     ptau = prior.step_times(grid)
     if n.size:
@@ -287,7 +320,7 @@ def _design(
     rows = np.vstack((features(n, node_size), features(grid, node_size)))
     target = np.concatenate((tau, ptau))
     noise = np.concatenate((1.2533 * sigma / np.sqrt(count), np.full(grid.size, PRIOR_SIGMA)))
-    return rows * w[:, None], target * w, noise, int(n.size)
+    return rows * w[:, None], target * w, noise
 
 
 def _bootstrap(
@@ -326,40 +359,34 @@ def fit(
     Returns:
         The :class:`FitResult`; ``success=False`` when there is no steady window to fit.
     """
-    ws = windows(samples)
-    base = prior if prior is not None else pessimistic_prior(node_size)
-    if not ws and prior is None:
+    units, taus, _ = _window_arrays(samples, WARMUP_STEPS, WARMUP_S, WINDOW_INTERVALS)
+    if units.size == 0 and prior is None:
         return FitResult(
             False, UNKNOWN, math.inf, len(samples), (), "no steady progress window yet"
         )
-    a, b, noise, k = _design(ws, node_size, SpeedModel.from_params(base.params, node_size))
+    base = prior if prior is not None else pessimistic_prior(node_size)
+    table = _levels_table(units, taus)
+    a, b, noise = _design(table, node_size, SpeedModel.from_params(base.params, node_size))
     try:
         params, _ = nnls(a, b)
     except (RuntimeError, ValueError) as exc:  # iteration limit or non-finite input
         return FitResult(False, prior or UNKNOWN, math.inf, len(samples), (), f"nnls failed: {exc}")
     model = SpeedModel.from_params(params, node_size)
     reps = _bootstrap(a, b, noise, params > 0, rng if rng is not None else np.random.default_rng(0))
-    boot = tuple(SpeedModel.from_params(p, node_size) for p in reps)
-    if not ws:
-        return FitResult(
-            False,
-            model,
-            math.inf,
-            len(samples),
-            (),
-            "no steady progress window yet; using the prior",
-            boot,
-        )
-    observed = sorted({w.units for w in ws})
-    n, tau, _, _ = _levels_table(ws)
+    boot = tuple(SpeedModel(p[0], p[1], p[2], p[3], p[4], node_size) for p in reps.tolist())
+    if units.size == 0:
+        why = "no steady progress window yet; using the history prior"
+        return FitResult(False, model, math.inf, len(samples), (), why, boot)
+    n, tau = table[0], table[1]
     residual = float(np.sqrt(np.mean((model.step_times(n) / tau - 1.0) ** 2)))
     if not math.isfinite(residual):
         return FitResult(False, prior or UNKNOWN, math.inf, len(samples), (), "fit is not finite")
+    observed = tuple(int(v) for v in n.tolist())
     message = (
-        f"fitted {len(ws)} windows at sizes {observed} (rms error {residual:.1%}, {k} observed, "
+        f"fitted {units.size} windows at sizes {list(observed)} (rms error {residual:.1%}, "
         f"{'history' if prior is not None else 'pessimistic default'} prior)"
     )
-    return FitResult(True, model, residual, len(samples), tuple(observed), message, boot, len(ws))
+    return FitResult(True, model, residual, len(samples), observed, message, boot, int(units.size))
 
 
 def knee(curve: SpeedCurve, levels: Sequence[int]) -> int:
