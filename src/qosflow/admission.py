@@ -1,0 +1,698 @@
+"""Admission control: can a new job be guaranteed without breaking the jobs already guaranteed?
+
+The test (ElasticFlow's minimum satisfactory share, with uncertainty):
+
+1. **Energy test** (necessary, fast): for every deadline ``d`` the least unit-seconds the jobs due
+   by ``d`` need (time-sharing allowed, conservative speeds) must fit in ``capacity * (d - now)``.
+2. **Backward fill** (constructive): in order of effective deadline (deadline minus margin), each
+   job gets the smallest cap on its units at which filling its remaining steps backwards from its
+   effective deadline into the free-capacity timeline succeeds; per slot it runs at the fastest
+   allowed level within the cap and the free units. Filling late keeps early capacity free.
+
+Guaranteed jobs that are running keep their current units for the first slot (their running units
+and progress are inputs). Guaranteed jobs that cannot make their deadline even alone are left out
+(they are reported as at risk); any other guaranteed job that no longer fits blocks new guarantees.
+
+The verdict is ``guaranteed`` when both tests pass with the new job; otherwise ``best_effort``, or
+``rejected`` when the job cannot make its deadline even alone on the whole cluster at its fastest
+size or its spec says ``if_not_guaranteed: reject``. Either way it carries a counter-offer: the
+earliest deadline (on the slot grid) that passes the same test, found by binary search.
+
+The timeline is numpy arrays over slots of ``slot_s`` for the first four hours, then slots that
+double every 120 slots; every effective deadline is a slot edge, so deadlines are never rounded.
+The fill module's plan is the proof: :func:`backward_fill` returns it for checking.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from qosflow.errors import SpecError
+
+if TYPE_CHECKING:
+    from qosflow.predict import Belief
+    from qosflow.spec import JobSpec
+
+__all__ = ["Candidate", "FillPlan", "Verdict", "admit", "backward_fill", "candidate"]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+Kind = Literal["guaranteed", "best_effort", "rejected"]
+
+FINE_SLOTS = 240
+"""Slots of exactly ``slot_s`` at the start of the timeline."""
+COARSE_BLOCK = 120
+"""After the fine slots, the slot length doubles every this many slots."""
+_EPS = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One job as admission sees it.
+
+    Attributes:
+        name: Job name (unique among the jobs admitted together).
+        deadline: Deadline, epoch seconds (``inf``: no deadline).
+        remaining_steps: Steps still to run.
+        margin: Safety margin in seconds; the job must finish by ``deadline - margin``.
+        levels: Allowed sizes, ascending.
+        step_time: Conservative seconds per step at each level (``inf``: not plannable).
+        guaranteed: Whether the job already holds a guarantee.
+        running_units: Units it runs on now (0: not running).
+    """
+
+    name: str
+    deadline: float
+    remaining_steps: int
+    margin: float
+    levels: tuple[int, ...]
+    step_time: tuple[float, ...]
+    guaranteed: bool = False
+    running_units: int = 0
+
+    def __post_init__(self) -> None:
+        where = f"candidate[{self.name}]"
+        if not self.levels or any(n < 1 for n in self.levels):
+            raise SpecError(
+                f"{where}.levels", f"must be a non-empty list of sizes >= 1 (got {self.levels})"
+            )
+        if list(self.levels) != sorted(set(self.levels)):
+            raise SpecError(f"{where}.levels", f"must be strictly ascending (got {self.levels})")
+        if len(self.step_time) != len(self.levels):
+            raise SpecError(
+                f"{where}.step_time",
+                f"must have one value per level ({len(self.levels)}, got {len(self.step_time)})",
+            )
+        if any(not t > 0.0 for t in self.step_time):
+            raise SpecError(f"{where}.step_time", f"must be > 0 or inf (got {self.step_time})")
+        if self.remaining_steps < 0:
+            raise SpecError(
+                f"{where}.remaining_steps", f"must be >= 0 (got {self.remaining_steps})"
+            )
+        if not (self.margin >= 0.0 and math.isfinite(self.margin)):
+            raise SpecError(f"{where}.margin", f"must be a finite number >= 0 (got {self.margin})")
+        if math.isnan(self.deadline):
+            raise SpecError(f"{where}.deadline", "must be a number (got nan)")
+        if self.running_units < 0:
+            raise SpecError(f"{where}.running_units", f"must be >= 0 (got {self.running_units})")
+
+    @property
+    def due(self) -> float:
+        """Effective deadline: ``deadline - margin``."""
+        return self.deadline - self.margin
+
+
+def candidate(
+    spec: JobSpec,
+    belief: Belief,
+    *,
+    steps_done: int,
+    now: float,
+    guaranteed: bool = False,
+    running_units: int = 0,
+) -> Candidate:
+    """Build the admission view of a job from its spec and the current belief about its speed.
+
+    Levels are the job's allowed levels the belief lets us plan (at most the knee and the probe
+    limit); step times are the belief's conservative ones; the margin is
+    :func:`qosflow.decide.margin_for`.
+    """
+    from qosflow.decide import margin_for  # lazy: decide imports predict
+
+    limit = min(belief.knee, belief.probe_limit)
+    allowed = set(spec.resources.levels)
+    levels = tuple(n for n in belief.levels if n <= limit and n in allowed) or (spec.resources.min,)
+    steps = tuple(float(belief.conservative.step_time(n)) for n in levels)
+    return Candidate(
+        name=spec.name,
+        deadline=spec.deadline,
+        remaining_steps=max(spec.total_steps - steps_done, 0),
+        margin=margin_for(spec, now),
+        levels=levels,
+        step_time=tuple(t if t > 0.0 and not math.isnan(t) else math.inf for t in steps),
+        guaranteed=guaranteed,
+        running_units=running_units,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer of admission.
+
+    Attributes:
+        kind: ``guaranteed``, ``best_effort`` or ``rejected``.
+        units: Initial size of the new job: its minimal satisfactory share when guaranteed, the
+            smallest size meeting the deadline alone when best effort, 0 when rejected.
+        reason: One sentence with the numbers.
+        counter_offer: Earliest deadline (epoch seconds) that would be guaranteed, or ``None``.
+        reservations: Units the plan gives each guaranteed job in the first slot (now).
+        shares: Minimal satisfactory share (unit cap) of each guaranteed job in the plan.
+        at_risk: Guaranteed jobs the plan cannot fit any more.
+    """
+
+    kind: Kind
+    units: int
+    reason: str
+    counter_offer: float | None
+    reservations: Mapping[str, int] = field(default_factory=dict)
+    shares: Mapping[str, int] = field(default_factory=dict)
+    at_risk: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (XCom, annotations)."""
+        return {
+            "kind": self.kind,
+            "units": self.units,
+            "reason": self.reason,
+            "counter_offer": self.counter_offer,
+            "reservations": dict(self.reservations),
+            "shares": dict(self.shares),
+            "at_risk": list(self.at_risk),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        """Inverse of :meth:`to_dict`."""
+        offer = d.get("counter_offer")
+        return cls(
+            kind=d["kind"],
+            units=int(d["units"]),
+            reason=str(d["reason"]),
+            counter_offer=None if offer is None else float(offer),
+            reservations={str(k): int(v) for k, v in dict(d.get("reservations", {})).items()},
+            shares={str(k): int(v) for k, v in dict(d.get("shares", {})).items()},
+            at_risk=tuple(str(x) for x in d.get("at_risk", ())),
+        )
+
+
+# --------------------------------------------------------------------------- the fill engine
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """A job reduced to its speed frontier (levels faster than every smaller one, <= capacity)."""
+
+    name: str
+    order: int
+    due: float
+    steps: float
+    units: IntArray
+    rates: FloatArray
+    pin_units: int
+    pin_rate: float
+
+    @property
+    def alone_s(self) -> float:
+        """Seconds to finish at the fastest level with the whole cluster."""
+        return self.steps / float(self.rates[-1]) if self.rates.size else math.inf
+
+
+def _frontier(c: Candidate, capacity: int, order: int) -> _Job:
+    units: list[int] = []
+    rates: list[float] = []
+    pin_rate = 0.0
+    for n, t in zip(c.levels, c.step_time, strict=True):
+        rate = 1.0 / t if math.isfinite(t) else 0.0
+        if n <= c.running_units:
+            pin_rate = max(pin_rate, rate)
+        if n <= capacity and rate > (rates[-1] if rates else 0.0):
+            units.append(n)
+            rates.append(rate)
+    return _Job(
+        c.name,
+        order,
+        c.due,
+        float(c.remaining_steps),
+        np.array(units, dtype=np.int64),
+        np.array(rates, dtype=np.float64),
+        c.running_units if c.guaranteed else 0,
+        pin_rate if c.guaranteed else 0.0,
+    )
+
+
+def timeline(now: float, horizon: float, slot_s: float, marks: Sequence[float]) -> FloatArray:
+    """Slot edges from ``now`` to at least ``horizon``: a fine grid, then doubling, plus ``marks``."""
+    span = max(horizon - now, slot_s)
+    lengths: list[FloatArray] = [np.full(FINE_SLOTS, slot_s)]
+    covered, length = FINE_SLOTS * slot_s, slot_s
+    while covered < span:
+        length *= 2.0
+        lengths.append(np.full(COARSE_BLOCK, length))
+        covered += COARSE_BLOCK * length
+    grid = now + np.concatenate(([0.0], np.cumsum(np.concatenate(lengths))))
+    cut = int(np.searchsorted(grid, now + span, side="left")) + 1
+    inside = [m for m in marks if now < m <= grid[cut - 1]]
+    return np.unique(np.concatenate((grid[:cut], np.array(inside, dtype=np.float64))))
+
+
+@dataclass(frozen=True, slots=True)
+class _Placement:
+    start: int
+    end: int
+    alloc: IntArray
+    share: int
+
+
+class _Timeline:
+    """Free units per slot; mutated as jobs are placed (a local workspace, never shared)."""
+
+    def __init__(self, edges: FloatArray, capacity: int, slot_s: float, pinned: int) -> None:
+        self.edges = edges
+        self.edge_list: list[float] = edges.tolist()
+        self.lens = np.diff(edges)
+        self.npin = bisect.bisect_left(self.edge_list, edges[0] + slot_s)
+        self.free0 = np.full(self.lens.size, capacity, dtype=np.int64)
+        self.free0[: self.npin] = max(capacity - pinned, 0)
+        self.free = self.free0.copy()
+
+    def reset(self) -> None:
+        self.free = self.free0.copy()
+
+    def index(self, t: float) -> int:
+        """Index of the last edge at or before ``t``."""
+        return bisect.bisect_right(self.edge_list, t + _EPS * max(1.0, abs(t))) - 1
+
+    def apply(self, p: _Placement) -> None:
+        if p.alloc.size:
+            self.free[p.start : p.end] -= p.alloc
+
+    def place(self, job: _Job) -> _Placement | None:
+        """Minimal satisfactory share of ``job`` by backward fill; ``None`` when it cannot fit."""
+        end = self.index(job.due)
+        first = self.npin if job.pin_units else 0
+        need = job.steps
+        if job.pin_units:
+            need -= job.pin_rate * (self.edge_list[min(end, self.npin)] - self.edge_list[0])
+        if need <= _EPS * max(job.steps, 1.0):
+            return _Placement(end, end, np.zeros(0, dtype=np.int64), job.pin_units)
+        if end <= first or not job.rates.size:
+            return None
+        target = need * (1.0 - _EPS)
+        span = self.edge_list[end] - self.edge_list[first]
+        lo = int(np.searchsorted(job.rates * span, target, side="left"))
+        if lo >= job.rates.size:
+            return None
+        fast = self._fast(job, lo, first, end, target)
+        if fast is not None:
+            return fast
+        best = self._general(job, lo, first, end, target)
+        if best is not None:
+            return best
+        hi = job.rates.size - 1
+        best = self._general(job, hi, first, end, target) if hi > lo else None
+        if best is None:
+            return None
+        lo += 1
+        while lo < hi:  # smallest cap in (lo, hi] that fits; feasibility grows with the cap
+            mid = (lo + hi) // 2
+            got = self._general(job, mid, first, end, target)
+            if got is None:
+                lo = mid + 1
+            else:
+                best, hi = got, mid
+        return best
+
+    def _fast(self, job: _Job, i: int, first: int, end: int, target: float) -> _Placement | None:
+        """The whole block at one level, when the free units allow it everywhere."""
+        start = self.index(self.edge_list[end] - target / float(job.rates[i]))
+        cap = int(job.units[i])
+        if start < first or int(self.free[start:end].min()) < cap:
+            return None
+        return _Placement(start, end, np.full(end - start, cap, dtype=np.int64), cap)
+
+    def _general(self, job: _Job, i: int, first: int, end: int, target: float) -> _Placement | None:
+        cap = int(job.units[i])
+        lim = np.minimum(self.free[first:end], cap)
+        idx = np.searchsorted(job.units, lim, side="right") - 1
+        usable = idx >= 0
+        idx = np.maximum(idx, 0)
+        units = np.where(usable, job.units[idx], 0)
+        work = np.where(usable, job.rates[idx], 0.0) * self.lens[first:end]
+        done = np.cumsum(work[::-1])
+        back = int(np.searchsorted(done, target, side="left"))
+        if back >= done.size:
+            return None
+        start = end - 1 - back
+        return _Placement(start, end, units[start - first :].astype(np.int64), cap)
+
+
+@dataclass(frozen=True, slots=True)
+class FillPlan:
+    """A backward-fill plan: the evidence behind a guarantee.
+
+    Attributes:
+        edges: Slot edges (epoch seconds), ``len(free) + 1`` of them.
+        free: Units left free in each slot after every placement.
+        units: Per placed job, the units it gets in each slot (0 outside its block).
+        shares: Per placed job, its minimal satisfactory share (unit cap).
+        failed: Jobs (in deadline order) the fill could not place.
+        pinned_slots: Number of leading slots in which running guaranteed jobs keep their units.
+    """
+
+    edges: FloatArray
+    free: IntArray
+    units: Mapping[str, IntArray]
+    shares: Mapping[str, int]
+    failed: tuple[str, ...]
+    pinned_slots: int
+
+    @property
+    def ok(self) -> bool:
+        """Whether every job was placed."""
+        return not self.failed
+
+
+def _edf(jobs: Sequence[_Job]) -> list[_Job]:
+    return sorted(jobs, key=lambda j: (j.due, j.order))
+
+
+def _run(
+    tl: _Timeline, order: Sequence[_Job], *, stop: bool
+) -> tuple[dict[str, _Placement], list[str]]:
+    placed: dict[str, _Placement] = {}
+    failed: list[str] = []
+    for job in order:
+        got = tl.place(job)
+        if got is None:
+            failed.append(job.name)
+            if stop:
+                break
+            continue
+        tl.apply(got)
+        placed[job.name] = got
+    return placed, failed
+
+
+def backward_fill(
+    jobs: Sequence[Candidate], *, capacity: int, now: float, slot_s: float = 60.0
+) -> FillPlan:
+    """Backward-fill every job with a finite deadline and steps left, in deadline order.
+
+    This is the constructive test :func:`admit` runs; it is public so that a guarantee can be
+    checked against its plan. Running guaranteed jobs keep ``running_units`` in the first slot.
+    """
+    _check(capacity, now, slot_s)
+    js = [
+        _frontier(c, capacity, i)
+        for i, c in enumerate(jobs)
+        if c.remaining_steps > 0 and math.isfinite(c.deadline)
+    ]
+    horizon = max([j.due for j in js] + [now])
+    pinned = sum(j.pin_units for j in js)
+    tl = _Timeline(timeline(now, horizon, slot_s, [j.due for j in js]), capacity, slot_s, pinned)
+    placed, failed = _run(tl, _edf(js), stop=False)
+    units: dict[str, IntArray] = {}
+    for j in js:
+        row = np.zeros(tl.lens.size, dtype=np.int64)
+        row[: tl.npin] = j.pin_units
+        p = placed.get(j.name)
+        if p is not None:
+            row[p.start : p.end] = p.alloc
+        units[j.name] = row
+    return FillPlan(
+        tl.edges,
+        tl.free.copy(),
+        units,
+        {k: p.share for k, p in placed.items()},
+        tuple(failed),
+        tl.npin,
+    )
+
+
+# --------------------------------------------------------------------------- the energy test
+
+
+def _hull(rates: Sequence[float], job_units: Sequence[int]) -> list[tuple[float, float]]:
+    """Lower convex hull of ``(0, 0)`` and the ``(rate, units)`` points, by increasing rate."""
+    hull: list[tuple[float, float]] = [(0.0, 0.0)]
+    for r, n in sorted(zip(rates, job_units, strict=True)):
+        if r <= hull[-1][0]:
+            if r == hull[-1][0] and n < hull[-1][1]:
+                hull[-1] = (r, float(n))
+            continue
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (y2 - y1) * (r - x1) >= (n - y1) * (x2 - x1):
+                hull.pop()
+            else:
+                break
+        hull.append((r, float(n)))
+    return hull
+
+
+def energy(job_units: Sequence[int], rates: Sequence[float], steps: float, window: float) -> float:
+    """Least unit-seconds to run ``steps`` within ``window`` seconds, mixing levels over time.
+
+    The two-row LP ``min sum(t_n * n) s.t. sum(t_n * rate_n) >= steps, sum(t_n) <= window`` solved
+    on the lower convex hull of ``(0, 0)`` and ``(rate_n, n)``: the optimum uses the whole window at
+    the average rate ``steps / window``.
+
+    Returns:
+        The unit-seconds, ``0`` for no steps, ``inf`` when even the fastest level is too slow.
+    """
+    if steps <= 0.0:
+        return 0.0
+    if window <= 0.0 or not rates:
+        return math.inf
+    x = steps / window
+    hull = _hull(rates, job_units)
+    if x > hull[-1][0] * (1.0 + _EPS):
+        return math.inf
+    for (x1, y1), (x2, y2) in itertools.pairwise(hull):
+        if x <= x2:
+            return window * (y1 + (y2 - y1) * (x - x1) / (x2 - x1))
+    return window * hull[-1][1]
+
+
+class _Energy:
+    """Prefix sums of the admitted jobs' least energy, ready to test a newcomer at any deadline."""
+
+    def __init__(self, order: Sequence[_Job], now: float, supply: float) -> None:
+        self.now, self.supply = now, supply
+        self.dues = [j.due for j in order]
+        need = np.array([self._of(j, j.due) for j in order], dtype=np.float64)
+        self.cum = np.concatenate(([0.0], np.cumsum(need)))
+        slack = supply * (np.array(self.dues) - now) - self.cum[1:]
+        self.slack = slack
+        self.head_min = np.minimum.accumulate(slack) if slack.size else slack
+        self.tail_min = np.minimum.accumulate(slack[::-1])[::-1] if slack.size else slack
+
+    def _of(self, job: _Job, due: float) -> float:
+        return energy(job.units.tolist(), job.rates.tolist(), job.steps, due - self.now)
+
+    def check(self, job: _Job, due: float) -> str | None:
+        """``None`` when the newcomer due at ``due`` passes, else why not."""
+        p = bisect.bisect_right(self.dues, due)
+        if p and self.head_min[p - 1] < -_EPS * self.supply:
+            return "the jobs already guaranteed need more unit-hours than the cluster has"
+        mine = self._of(job, due)
+        have = self.supply * (due - self.now) - self.cum[p]
+        if mine > have * (1.0 + _EPS):
+            return (
+                f"the jobs due by then need {(self.cum[p] + mine) / 3600:.1f} unit-hours but "
+                f"only {self.supply * max(due - self.now, 0.0) / 3600:.1f} exist"
+            )
+        if p < len(self.dues) and self.tail_min[p] < mine * (1.0 - _EPS):
+            k = p + int(np.argmin(self.slack[p:]))
+            return f"the jobs due by {_iso(self.dues[k])} would need more unit-hours than exist"
+        return None
+
+
+# --------------------------------------------------------------------------- admission
+
+
+def _check(capacity: int, now: float, slot_s: float) -> None:
+    if capacity < 1:
+        raise SpecError("capacity", f"must be >= 1 (got {capacity})")
+    if not math.isfinite(now):
+        raise SpecError("now", f"must be a finite time (got {now})")
+    if not (slot_s > 0.0 and math.isfinite(slot_s)):
+        raise SpecError("slot_s", f"must be > 0 (got {slot_s})")
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _kind(c: Candidate, hopeless: bool, policy: str) -> Kind:
+    return "rejected" if hopeless or policy == "reject" else "best_effort"
+
+
+def _slot0(tl: _Timeline, jobs: Sequence[_Job], placed: Mapping[str, _Placement]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for j in jobs:
+        p = placed.get(j.name)
+        if j.pin_units:
+            out[j.name] = j.pin_units
+        elif p is not None and p.start == 0 and p.alloc.size:
+            out[j.name] = int(p.alloc[0])
+        else:
+            out[j.name] = 0
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    healthy: list[_Job]
+    fresh: _Job
+    tl: _Timeline
+    energy: _Energy
+    at_risk: tuple[str, ...]
+
+
+def _setup(
+    new: Candidate,
+    admitted: Sequence[Candidate],
+    capacity: int,
+    now: float,
+    slot_s: float,
+    util: float,
+) -> _Setup:
+    others = [c for c in admitted if c.guaranteed and c.name != new.name and c.remaining_steps > 0]
+    jobs = [_frontier(c, capacity, i) for i, c in enumerate(others)]
+    healthy = [j for j in jobs if j.alone_s <= j.due - now]
+    at_risk = tuple(j.name for j in jobs if j.alone_s > j.due - now)
+    fresh = _frontier(new, capacity, len(jobs))
+    latest = max([j.due for j in healthy] + [fresh.due, now])
+    horizon = latest + 1.01 * min(fresh.alone_s, 1e9) + slot_s
+    edges = timeline(now, horizon, slot_s, [j.due for j in healthy] + [fresh.due])
+    pinned = sum(j.pin_units for j in healthy)
+    tl = _Timeline(edges, capacity, slot_s, pinned)
+    return _Setup(healthy, fresh, tl, _Energy(_edf(healthy), now, util * capacity), at_risk)
+
+
+def _offer(
+    s: _Setup, base: Mapping[str, _Placement], base_failed: Sequence[str], margin: float
+) -> float | None:
+    """Earliest slot edge at which the newcomer passes both tests, by binary search."""
+    if base_failed or not s.fresh.rates.size:
+        return None
+    order = _edf(s.healthy)
+    dues = [j.due for j in order]
+    tl = s.tl
+
+    def passes(k: int) -> bool:
+        due = tl.edge_list[k]
+        if s.energy.check(s.fresh, due) is not None:
+            return False
+        tl.reset()
+        p = bisect.bisect_right(dues, due)
+        for j in order[:p]:
+            tl.apply(base[j.name])
+        moved = replace(s.fresh, due=due)
+        return not _run(tl, [moved, *order[p:]], stop=True)[1]
+
+    lo, hi = max(tl.index(s.fresh.due), 0), len(tl.edge_list) - 1
+    if not passes(hi):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            hi = mid
+        else:
+            lo = mid
+    return tl.edge_list[hi] + margin
+
+
+def admit(
+    new: Candidate,
+    admitted: Sequence[Candidate],
+    *,
+    capacity: int,
+    now: float,
+    if_not_guaranteed: str = "run_best_effort",
+    slot_s: float = 60.0,
+    max_utilisation: float = 1.0,
+) -> Verdict:
+    """Decide whether ``new`` can be guaranteed next to the guaranteed jobs in ``admitted``.
+
+    Args:
+        new: The job asking for a guarantee.
+        admitted: Jobs already admitted; only ``guaranteed`` ones reserve capacity. One with the
+            same name as ``new`` is taken to be ``new`` itself and ignored.
+        capacity: Units of the cluster.
+        now: Current time, epoch seconds.
+        if_not_guaranteed: ``run_best_effort`` or ``reject``.
+        slot_s: Length of the fine slots of the timeline.
+        max_utilisation: Share of the capacity the energy test may count on (packing slack).
+
+    Returns:
+        The verdict, with the initial size, reason, counter-offer and the plan's reservations.
+
+    Raises:
+        SpecError: On a bad capacity, time, slot length or policy.
+    """
+    _check(capacity, now, slot_s)
+    if if_not_guaranteed not in ("run_best_effort", "reject"):
+        raise SpecError(
+            "if_not_guaranteed", f"must be run_best_effort or reject (got {if_not_guaranteed!r})"
+        )
+    if not 0.0 < max_utilisation <= 1.0:
+        raise SpecError("max_utilisation", f"must be in (0, 1] (got {max_utilisation})")
+    if new.remaining_steps == 0:
+        return Verdict("guaranteed", 0, f"{new.name} has no steps left to run", None)
+    s = _setup(new, admitted, capacity, now, slot_s, max_utilisation)
+    fresh = s.fresh
+    if not math.isfinite(new.deadline):
+        first = int(fresh.units[0]) if fresh.units.size else 0
+        return Verdict("best_effort", first, f"{new.name} has no deadline to guarantee", None)
+    if not fresh.units.size:
+        return Verdict(
+            "rejected", 0, f"no size of {new.name} fits {capacity} units with a known speed", None
+        )
+    hopeless = now + fresh.alone_s > new.deadline
+    why = (
+        f"{new.name} needs {fresh.alone_s / 3600:.2f} h even alone at {int(fresh.units[-1])} "
+        f"units but only {(new.deadline - now) / 3600:.2f} h are left"
+        if hopeless
+        else s.energy.check(fresh, fresh.due)
+    )
+    if why is None:
+        placed, failed = _run(s.tl, _edf([*s.healthy, fresh]), stop=True)
+        if not failed:
+            share = placed[new.name].share
+            return Verdict(
+                "guaranteed",
+                share,
+                f"{new.name} fits at {share} units next to {len(s.healthy)} guaranteed job(s) "
+                f"and finishes by {_iso(fresh.due)} (deadline minus {new.margin:.0f} s margin)",
+                None,
+                _slot0(s.tl, [*s.healthy, fresh], placed),
+                {k: p.share for k, p in placed.items()},
+                s.at_risk,
+            )
+        why = (
+            f"no share of {new.name} up to {int(fresh.units[-1])} units fits before {_iso(fresh.due)}"
+            if failed[0] == new.name
+            else f"guaranteeing {new.name} would make {failed[0]} miss its deadline"
+        )
+    s.tl.reset()
+    base, base_failed = _run(s.tl, _edf(s.healthy), stop=False)
+    reservations = _slot0(s.tl, s.healthy, base)
+    offer = _offer(s, base, base_failed, new.margin)
+    kind = _kind(new, hopeless, if_not_guaranteed)
+    quick = [
+        n
+        for n, r in zip(fresh.units, fresh.rates, strict=True)
+        if new.remaining_steps / r <= fresh.due - now
+    ]
+    units = 0 if kind == "rejected" else int(quick[0] if quick else fresh.units[-1])
+    tail = f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""
+    return Verdict(
+        kind,
+        units,
+        f"not guaranteed: {why}{tail}",
+        offer,
+        reservations,
+        {k: p.share for k, p in base.items()},
+        (*s.at_risk, *base_failed),
+    )
