@@ -198,7 +198,8 @@ class FitResult:
 def _segments(samples: Sequence[ProgressSample]) -> list[list[ProgressSample]]:
     """Split samples into runs at one size; a size change or a step counter reset starts a run."""
     runs: list[list[ProgressSample]] = []
-    for s in sorted(samples, key=lambda s: s.time):
+    usable = (s for s in samples if math.isfinite(s.time) and s.steps_done >= 0)
+    for s in sorted(usable, key=lambda s: s.time):
         last = runs[-1][-1] if runs else None
         if last is None or s.units != last.units or s.steps_done < last.steps_done:
             runs.append([s])
@@ -227,6 +228,8 @@ def _segment_windows(
     steady = (k - k[0] >= warmup_steps) | (t - t[0] >= warmup_s)
     t, k = t[steady], k[steady]
     ends = np.flatnonzero(np.diff(k) > 0) + 1  # stalls are folded into the next moving interval
+    if ends.size == 0:
+        return np.empty(0), np.empty(0)
     starts = np.concatenate(([0], ends[:-1]))
     dt, dk = t[ends] - t[starts], k[ends] - k[starts]
     ok = dt > 0
