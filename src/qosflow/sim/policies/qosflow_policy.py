@@ -1,0 +1,283 @@
+"""The ``qosflow`` policy: the core's admission, minimal share, laxity priority and rescale rules.
+
+Every rule comes from the core; this module only turns a :class:`~qosflow.sim.policy.SlotSnapshot`
+into the core's inputs and the core's answers into a :class:`~qosflow.sim.policy.SlotDecision`:
+
+1. **Admission** (:func:`qosflow.admission.admit`): each arriving deadline job, earliest deadline
+   first, is tested against the jobs already guaranteed (conservative speeds, margins, backward
+   filling on the slotted capacity timeline). Guaranteed, or told at once that it is not (with the
+   counter-offer in its reason) — and then it still runs *best-effort* on leftover capacity unless
+   its spec asks for a hard rejection. Loose deadlines are therefore never refused.
+2. **Size** (:func:`qosflow.decide.minimal_share` and :func:`qosflow.decide.decide`): every job's
+   minimal satisfactory share with the core's margin; a running job keeps its size unless the
+   core's rescale rules (scale up at once, scale down only with hysteresis, dwell, benefit) move it.
+3. **Order** (:func:`qosflow.priority.laxity`, :func:`qosflow.priority.classify`): guaranteed jobs
+   by ladder rung then earliest deadline, then best-effort deadline jobs that can still make it,
+   then jobs without a deadline, then hopeless ones (``late``).
+4. **Leftover**: running jobs first keep the size the rescale rules chose, then waiting jobs start,
+   then spare units go one level at a time to the job that saves the most time per unit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from qosflow import admission, priority
+from qosflow.decide import JobSnapshot, decide, minimal_share
+from qosflow.predict import Belief, Calibration, oracle_belief
+from qosflow.sim.policy import (
+    JobView,
+    NoOverhead,
+    OverheadModel,
+    SlotDecision,
+    SlotSnapshot,
+)
+from qosflow.spec import IfNotGuaranteed, JobSpec, Resources
+from qosflow.speed import TableCurve
+
+_RANK = {klass.name: i for i, klass in enumerate(priority.LADDER)}
+
+
+def job_spec(
+    view: JobView,
+    *,
+    node_size: int,
+    margin_s: float,
+    dwell_s: float,
+    if_not_guaranteed: IfNotGuaranteed = "run_best_effort",
+) -> JobSpec:
+    """The core's :class:`~qosflow.spec.JobSpec` of a simulated job (levels up to its cap)."""
+    levels = tuple(n for n in sorted(view.speeds) if n <= view.max_units) or (min(view.speeds),)
+    return JobSpec(
+        name=view.job_id,
+        key=f"{view.model}/{view.batch_size}",
+        total_steps=max(int(view.total), 1),
+        submitted_at=view.submit,
+        deadline=view.deadline,
+        resources=Resources("gpu", levels, node_size, "1Gi"),
+        checkpoint_every_steps=max(int(view.total) // 100, 1),
+        best_effort=view.best_effort,
+        if_not_guaranteed=if_not_guaranteed,
+        margin_seconds=margin_s,
+        dwell_seconds=dwell_s,
+        image="sim",
+        command=("sim",),
+    )
+
+
+def belief_of(view: JobView, levels: tuple[int, ...], calibration: Calibration | None) -> Belief:
+    """Oracle belief (``calibration is None``) or the believed speeds inflated by the calibration."""
+    curve = TableCurve(view.speeds)
+    base = oracle_belief(curve, levels)
+    if calibration is None:
+        return base
+    factor = max(calibration.factor, 1.0)
+    slower = TableCurve({n: x / factor for n, x in view.speeds.items()})
+    return Belief(curve, slower, base.levels, base.knee, base.observed)
+
+
+@dataclass(slots=True)
+class _Job:
+    """A job prepared for this decision."""
+
+    view: JobView
+    spec: JobSpec
+    belief: Belief
+    snap: JobSnapshot
+    need: int | None
+    klass: str
+    keep: int
+
+
+@dataclass
+class QosflowPolicy:
+    """The qosflow policy (see the module docstring).
+
+    Attributes:
+        name: Policy name in results.
+        overhead: The engine's overhead model for this policy.
+        margin_s: Absolute safety margin (the core adds 5 % of the time left).
+        dwell_s: Minimum time between two rescales of a job.
+        rescale_overhead_s: Rescale cost the core's predictions assume.
+        calibration: ``None`` for oracle speeds; else the conformal inflation of learned speeds.
+    """
+
+    name: str = "qosflow"
+    overhead: OverheadModel = field(default_factory=NoOverhead)
+    margin_s: float = 60.0
+    dwell_s: float = 600.0
+    rescale_overhead_s: float = 30.0
+    calibration: Calibration | None = None
+    _guaranteed: set[str] = field(default_factory=set)
+    _classes: dict[str, str] = field(default_factory=dict)
+    _rescaled_at: dict[str, float] = field(default_factory=dict)
+
+    def _prepare(self, view: JobView, snap: SlotSnapshot) -> _Job:
+        spec = job_spec(
+            view, node_size=snap.node_size, margin_s=self.margin_s, dwell_s=self.dwell_s
+        )
+        belief = belief_of(view, spec.resources.levels, self.calibration)
+        queued = view.units == 0
+        js = JobSnapshot(
+            spec=spec,
+            now=float(snap.now),
+            steps_done=int(view.done),
+            units=view.units if not queued else spec.resources.levels[0],
+            queued=queued,
+            last_rescale_at=self._rescaled_at.get(view.job_id),
+            rescale_overhead_s=self.rescale_overhead_s,
+        )
+        need = minimal_share(belief, js) if not view.best_effort else None
+        guaranteed = view.job_id in self._guaranteed
+        hopeless = not view.best_effort and need is None
+        at = need if need is not None else belief.knee
+        finish = js.now + max(view.remaining, 0.0) * belief.conservative.step_time(at)
+        lax = priority.laxity(
+            now=js.now, deadline=view.deadline, submitted_at=view.submit, conservative_finish=finish
+        )
+        klass = priority.classify(
+            lax, guaranteed=guaranteed, hopeless=hopeless, previous=self._classes.get(view.job_id)
+        ).name
+        self._classes[view.job_id] = klass
+        keep = 0
+        if not queued:
+            keep = decide(js, belief, free_units=0).units
+        return _Job(view, spec, belief, js, need, klass, keep)
+
+    def _admit(
+        self, jobs: Mapping[str, _Job], snap: SlotSnapshot
+    ) -> tuple[list[str], list[str], dict[str, str]]:
+        admitted: list[str] = []
+        rejected: list[str] = []
+        reasons: dict[str, str] = {}
+        arrivals = sorted(
+            (jobs[a] for a in snap.arrivals if a in jobs),
+            key=lambda j: (j.view.deadline, j.view.submit, j.view.job_id),
+        )
+        for job in arrivals:
+            if job.view.best_effort:
+                continue
+            verdict = admission.admit(
+                self._candidate(job),
+                [self._candidate(jobs[g]) for g in sorted(self._guaranteed) if g in jobs],
+                capacity=snap.capacity,
+                now=float(snap.now),
+                if_not_guaranteed=job.spec.if_not_guaranteed,
+                slot_s=float(snap.slot),
+            )
+            reasons[job.view.job_id] = verdict.reason
+            if verdict.kind == "guaranteed":
+                self._guaranteed.add(job.view.job_id)
+                admitted.append(job.view.job_id)
+            elif job.spec.if_not_guaranteed == "reject":
+                rejected.append(job.view.job_id)  # only on request: otherwise it runs best-effort
+        return admitted, rejected, reasons
+
+    def _candidate(self, job: _Job) -> admission.Candidate:
+        return admission.candidate(
+            job.spec,
+            job.belief,
+            steps_done=job.snap.steps_done,
+            now=job.snap.now,
+            guaranteed=job.view.job_id in self._guaranteed,
+            running_units=job.view.units,
+        )
+
+    def decide(self, snap: SlotSnapshot) -> SlotDecision:
+        """Admit arrivals, then size and order every active job (see the module docstring)."""
+        live = {v.job_id for v in snap.jobs}
+        self._guaranteed &= live
+        jobs = {v.job_id: self._prepare(v, snap) for v in snap.jobs}
+        admitted, rejected, reasons = self._admit(jobs, snap)
+        for job_id in admitted:
+            jobs[job_id] = self._prepare(jobs[job_id].view, snap)
+        for job_id in rejected:
+            jobs.pop(job_id)
+        alloc = self._allocate(list(jobs.values()), snap.capacity)
+        for job_id, units in alloc.items():
+            if jobs[job_id].view.units not in (0, units):
+                self._rescaled_at[job_id] = float(snap.now)
+        for gone in set(self._classes) - live:
+            self._classes.pop(gone, None)
+            self._rescaled_at.pop(gone, None)
+        return SlotDecision(
+            allocation={k: v for k, v in alloc.items() if v > 0},
+            rejected=tuple(rejected),
+            admitted=tuple(admitted),
+            reasons=reasons,
+        )
+
+    def _order(self, job: _Job) -> tuple[int, int, float, float, str]:
+        v = job.view
+        group = 0 if v.job_id in self._guaranteed else 1
+        if v.best_effort:
+            group = 2
+        elif job.need is None:
+            group = 3
+        return (group, _RANK.get(job.klass, 99), v.deadline, v.submit, v.job_id)
+
+    def _allocate(self, jobs: list[_Job], capacity: int) -> dict[str, int]:
+        jobs.sort(key=self._order)
+        alloc = {j.view.job_id: 0 for j in jobs}
+        free = capacity
+        for job in jobs:  # minimal shares of guaranteed and still-feasible jobs
+            want = job.need
+            if want is None and job.view.job_id in self._guaranteed:
+                want = _fit(job.belief.levels, min(job.belief.knee, free))
+            if want and want <= free:
+                alloc[job.view.job_id] = want
+                free -= want
+        for job in jobs:  # running jobs keep what the rescale rules chose
+            extra = _fit(job.belief.levels, min(job.keep, alloc[job.view.job_id] + free))
+            if extra > alloc[job.view.job_id]:
+                free -= extra - alloc[job.view.job_id]
+                alloc[job.view.job_id] = extra
+        for job in jobs:  # waiting jobs start on what is left
+            if alloc[job.view.job_id] == 0 and job.belief.levels[0] <= free:
+                alloc[job.view.job_id] = job.belief.levels[0]
+                free -= job.belief.levels[0]
+        return _spread(jobs, alloc, free)
+
+
+def _fit(levels: tuple[int, ...], limit: int) -> int:
+    """Largest level at most ``limit`` (0 when none fits)."""
+    best = 0
+    for n in levels:
+        if n <= limit:
+            best = n
+    return best
+
+
+def _gain(job: _Job, have: int) -> tuple[float, int] | None:
+    """Seconds saved per extra unit by growing one level from ``have`` (None: cannot grow)."""
+    up = next((n for n in job.belief.levels if n > have), None)
+    if up is None or up > job.belief.knee:
+        return None
+    med = job.belief.median
+    saved = job.view.remaining * (med.step_time(have) - med.step_time(up)) / (up - have)
+    return (saved, up) if saved > 0 else None
+
+
+def _spread(jobs: list[_Job], alloc: dict[str, int], free: int) -> dict[str, int]:
+    """Give spare units one level at a time to the job saving the most seconds per unit."""
+    heap: list[tuple[float, int, int]] = []
+    for idx, job in enumerate(jobs):
+        gain = _gain(job, alloc[job.view.job_id]) if alloc[job.view.job_id] else None
+        if gain is not None:
+            heapq.heappush(heap, (-gain[0], idx, gain[1]))
+    while free > 0 and heap:
+        _, idx, up = heapq.heappop(heap)
+        job_id = jobs[idx].view.job_id
+        if up - alloc[job_id] > free:
+            continue
+        free -= up - alloc[job_id]
+        alloc[job_id] = up
+        gain = _gain(jobs[idx], up)
+        if gain is not None:
+            heapq.heappush(heap, (-gain[0], idx, gain[1]))
+    return alloc
+
+
+__all__ = ["QosflowPolicy", "belief_of", "job_spec"]
