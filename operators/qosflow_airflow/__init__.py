@@ -1,10 +1,44 @@
-"""qosflow's Apache Airflow provider: hooks, operators, sensors, triggers and a task-group factory."""
+"""qosflow's Apache Airflow provider: hooks, operators, sensors, triggers and a task-group factory.
+
+Registered through the ``apache_airflow_provider`` entry point (``get_provider_info``). Importing
+this package is cheap: the operators, hera and kubernetes load only when used.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 __version__ = "0.1.0"
+
+
+def _conn_fields() -> dict[str, Any]:
+    def field(label: str, kind: list[str], description: str, default: Any = None) -> dict[str, Any]:
+        schema: dict[str, Any] = {"type": kind}
+        if default is not None:
+            schema["default"] = default
+        return {"label": label, "description": description, "schema": schema}
+
+    return {
+        "namespace": field("Namespace", ["string", "null"], "Namespace of the workflows", "argo"),
+        "kube_url": field(
+            "Kubernetes API URL", ["string", "null"], "Kubernetes API server (or use kubeconfig)"
+        ),
+        "kubeconfig": field("Kubeconfig path", ["string", "null"], "Path of a kubeconfig file"),
+        "verify_ssl": field("Verify TLS", ["boolean", "null"], "Verify certificates", True),
+        "ca_cert": field("CA bundle", ["string", "null"], "Path of a CA bundle for TLS"),
+        "history_url": field(
+            "History store URL",
+            ["string", "null"],
+            "SQLAlchemy URL: SQLite on one machine, PostgreSQL when tasks run on several workers",
+            "sqlite:///.qosflow/history.db",
+        ),
+        "checkpoint_root": field(
+            "Checkpoint root",
+            ["string", "null"],
+            "Directory (as the training pods see it) under which jobs keep checkpoints",
+            ".qosflow/checkpoints",
+        ),
+    }
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -14,10 +48,50 @@ def get_provider_info() -> dict[str, Any]:
         "name": "qosflow",
         "description": "Deadline-driven training on Argo Workflows.",
         "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "qosflow",
+                "external-doc-url": "https://github.com/qosflow/qosflow",
+                "tags": ["software"],
+            }
+        ],
+        "hooks": [
+            {"integration-name": "qosflow", "python-modules": ["qosflow_airflow.hooks.argo"]}
+        ],
+        "operators": [
+            {
+                "integration-name": "qosflow",
+                "python-modules": [
+                    "qosflow_airflow.operators.plan",
+                    "qosflow_airflow.operators.branch",
+                    "qosflow_airflow.operators.rescale",
+                    "qosflow_airflow.operators.finish",
+                ],
+            }
+        ],
+        "sensors": [
+            {"integration-name": "qosflow", "python-modules": ["qosflow_airflow.sensors.progress"]}
+        ],
+        "triggers": [
+            {
+                "integration-name": "qosflow",
+                "python-modules": ["qosflow_airflow.triggers.progress"],
+            }
+        ],
         "connection-types": [
             {
                 "connection-type": "qosflow_argo",
                 "hook-class-name": "qosflow_airflow.hooks.argo.QosflowArgoHook",
+                "hook-name": "qosflow (Argo Workflows + Kubernetes)",
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "login", "port"],
+                    "relabeling": {"host": "Argo Server URL", "password": "Bearer token"},
+                    "placeholders": {
+                        "host": "https://argo-server.argo:2746",
+                        "extra": '{"namespace": "argo", "kube_url": "https://kubernetes.default"}',
+                    },
+                },
+                "conn-fields": _conn_fields(),
             }
         ],
     }

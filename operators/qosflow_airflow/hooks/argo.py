@@ -1,0 +1,164 @@
+"""``QosflowArgoHook``: an Airflow connection of type ``qosflow_argo`` turned into an ``ArgoCluster``.
+
+Connection fields:
+
+* ``host`` — Argo Server URL (``https://argo-server.argo:2746``; the local cluster's ``argo_url``);
+* ``password`` — bearer token for the Argo Server and the Kubernetes API;
+* extras ``namespace`` (default ``argo``), ``kube_url`` (Kubernetes API URL) or ``kubeconfig``
+  (path), ``verify_ssl`` (default true), ``ca_cert`` (CA bundle path), ``history_url`` (SQLAlchemy
+  URL of the history store, default ``sqlite:///.qosflow/history.db``), ``checkpoint_root``
+  (directory under which each job keeps its checkpoints, as the training pods see it).
+
+Nothing is contacted until :meth:`QosflowArgoHook.get_cluster` is called.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseHook
+
+from qosflow.errors import SpecError
+
+if TYPE_CHECKING:
+    from qosflow.history import HistoryStore
+
+    from qosflow_argo import ArgoCluster
+
+DEFAULT_CONN_ID = "qosflow_default"
+DEFAULT_HISTORY_URL = "sqlite:///.qosflow/history.db"
+DEFAULT_CHECKPOINT_ROOT = ".qosflow/checkpoints"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """Everything a ``qosflow_argo`` connection says.
+
+    Attributes:
+        argo_url: Argo Server base URL.
+        namespace: Namespace of the workflows.
+        token: Bearer token, ``None`` when the API needs none.
+        kube_url: Kubernetes API URL, ``None`` when ``kubeconfig`` is used.
+        kubeconfig: Path of a kubeconfig file, ``None`` when ``kube_url`` is used.
+        verify_ssl: Whether TLS certificates are verified.
+        ca_cert: CA bundle path, ``None`` for the system store.
+        history_url: SQLAlchemy URL of the history store.
+        checkpoint_root: Directory under which each job keeps its checkpoints.
+    """
+
+    argo_url: str
+    namespace: str
+    token: str | None
+    kube_url: str | None
+    kubeconfig: str | None
+    verify_ssl: bool
+    ca_cert: str | None
+    history_url: str
+    checkpoint_root: str
+
+
+def _flag(value: Any, field: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SpecError(field, f"must be true or false (got {value!r})")
+
+
+def _text(extras: Mapping[str, Any], key: str) -> str | None:
+    value = extras.get(key)
+    return None if value in (None, "") else str(value)
+
+
+def config_from_connection(
+    *, host: str | None, password: str | None, extra: str | Mapping[str, Any] | None
+) -> ClusterConfig:
+    """Validate a connection's fields into a :class:`ClusterConfig`.
+
+    Raises:
+        SpecError: Naming the field (``host``, ``extra.verify_ssl``...) when it is unusable.
+    """
+    if not host:
+        raise SpecError("host", "the Argo Server URL is required (e.g. https://argo-server:2746)")
+    url = host if "://" in host else f"https://{host}"
+    if isinstance(extra, str):
+        try:
+            extras: Mapping[str, Any] = json.loads(extra) if extra.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise SpecError("extra", f"must be a JSON object ({exc.msg})") from None
+    else:
+        extras = extra or {}
+    if not isinstance(extras, Mapping):
+        raise SpecError("extra", "must be a JSON object")
+    return ClusterConfig(
+        argo_url=url.rstrip("/"),
+        namespace=_text(extras, "namespace") or "argo",
+        token=password or None,
+        kube_url=_text(extras, "kube_url"),
+        kubeconfig=_text(extras, "kubeconfig"),
+        verify_ssl=_flag(extras.get("verify_ssl", True), "extra.verify_ssl"),
+        ca_cert=_text(extras, "ca_cert"),
+        history_url=_text(extras, "history_url") or DEFAULT_HISTORY_URL,
+        checkpoint_root=_text(extras, "checkpoint_root") or DEFAULT_CHECKPOINT_ROOT,
+    )
+
+
+def cluster_from_config(config: ClusterConfig) -> ArgoCluster:
+    """Build the ``ArgoCluster`` client a config describes (imports hera/kubernetes lazily)."""
+    from qosflow_argo import ArgoCluster
+
+    return ArgoCluster(
+        argo_url=config.argo_url,
+        namespace=config.namespace,
+        token=config.token,
+        kube_url=config.kube_url,
+        kubeconfig=config.kubeconfig,
+        verify_ssl=config.verify_ssl,
+        ca_cert=config.ca_cert,
+    )
+
+
+class QosflowArgoHook(BaseHook):
+    """Talks to Argo Workflows and Kubernetes through a ``qosflow_argo`` connection.
+
+    Args:
+        qosflow_conn_id: The connection id (default ``qosflow_default``).
+    """
+
+    conn_name_attr = "qosflow_conn_id"
+    default_conn_name = DEFAULT_CONN_ID
+    conn_type = "qosflow_argo"
+    hook_name = "qosflow (Argo Workflows + Kubernetes)"
+
+    def __init__(self, qosflow_conn_id: str = DEFAULT_CONN_ID) -> None:
+        super().__init__()
+        self.qosflow_conn_id = qosflow_conn_id
+
+    @cached_property
+    def config(self) -> ClusterConfig:
+        """The validated connection."""
+        conn = self.get_connection(self.qosflow_conn_id)
+        return config_from_connection(host=conn.host, password=conn.password, extra=conn.extra)
+
+    def get_conn(self) -> ArgoCluster:
+        """Airflow's generic accessor; same as :meth:`get_cluster`."""
+        return self.get_cluster()
+
+    def get_cluster(self) -> ArgoCluster:
+        """A new ``ArgoCluster`` for this connection (implements ClusterView and Actuator)."""
+        return cluster_from_config(self.config)
+
+    def get_history(self) -> HistoryStore:
+        """The history store named by the connection's ``history_url`` extra."""
+        from qosflow.history import HistoryStore
+
+        return HistoryStore(self.config.history_url)

@@ -1,0 +1,1 @@
+"""Operators of the qosflow provider: plan, submit, branch, rescale, priority bump, finish."""

@@ -1,0 +1,57 @@
+"""``DeadlineBranchOperator``: map the round's decision to the task ids that act on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseBranchOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from qosflow.decide import Action
+
+
+def branch_for(decision: Mapping[str, Any] | None, branches: Mapping[str, str]) -> str:
+    """The task id for a decision's action (``done`` when the watch saw the job end).
+
+    Raises:
+        AirflowFailException: When the decision is missing or its action has no branch.
+    """
+    if not decision:
+        raise AirflowFailException("no decision to branch on")
+    action = str(decision.get("action", ""))
+    try:
+        Action(action)
+    except ValueError:
+        raise AirflowFailException(f"decision.action: unknown action {action!r}") from None
+    if action not in branches:
+        raise AirflowFailException(f"no branch configured for action {action!r}")
+    return branches[action]
+
+
+class DeadlineBranchOperator(BaseBranchOperator):
+    """Follow the branch configured for the decision the watch task pushed.
+
+    Args:
+        watch_task_id: The watch (sensor) task of this round.
+        branches: Action value (``done``, ``on_track``, ``scale_up``, ``scale_down``, ``bump``,
+            ``at_risk``) → full task id (with its group prefix).
+        **kwargs: The usual operator arguments.
+    """
+
+    template_fields: Sequence[str] = ("watch_task_id",)
+
+    def __init__(self, *, watch_task_id: str, branches: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.watch_task_id = watch_task_id
+        self.branches = dict(branches)
+
+    def choose_branch(self, context: Any) -> str | Iterable[str] | None:
+        """The task id of the decided action."""
+        event = context["ti"].xcom_pull(task_ids=self.watch_task_id) or {}
+        decision = event.get("decision")
+        chosen = branch_for(decision, self.branches)
+        self.log.info(
+            "decision %s → %s: %s", (decision or {}).get("action"), chosen, event.get("message")
+        )
+        return chosen

@@ -1,0 +1,229 @@
+"""``PlanTrainingOperator`` and ``SubmitTrainingOperator``: admit and size a job, then launch it.
+
+Planning is :func:`qosflow.planning.plan_job` on live data: the history store's prior and
+calibration for the job's key, and the cluster's free capacity. The plan goes to XCom as JSON with
+its reason in words. ``rejected`` fails the task without retry and names the counter-offer
+deadline; nothing is submitted. ``best_effort`` continues with a warning naming the counter-offer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta, tzinfo
+from pathlib import Path
+from typing import Any
+
+import yaml
+from airflow.sdk.exceptions import AirflowFailException
+
+from qosflow.errors import SpecError
+from qosflow.planning import plan_job
+from qosflow.spec import JobSpec, load_job
+from qosflow_airflow.operators.base import QosflowOperator, guarded
+from qosflow_airflow.restart import submit_request
+from qosflow_airflow.state import TrainingState, job_from_dict, job_to_dict
+
+_CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
+
+
+def resolve_deadline(text: str, *, now: datetime, tz: tzinfo) -> str:
+    """A deadline as ``load_job`` accepts it; ``HH:MM`` means the next such time in ``tz``.
+
+    Args:
+        text: ``HH:MM``, an ISO-8601 instant or an ISO-8601 duration (``PT3M``).
+        now: The current instant (timezone-aware).
+        tz: The timezone ``HH:MM`` is read in (the DAG's).
+    """
+    match = _CLOCK.match(text.strip())
+    if match is None:
+        return text.strip()
+    local = now.astimezone(tz)
+    due = local.replace(hour=int(match["h"]), minute=int(match["m"]), second=0, microsecond=0)
+    if due <= local:
+        due += timedelta(days=1)
+    return due.astimezone(UTC).isoformat()
+
+
+def _optional_int(value: Any, field: str) -> int | None:
+    if value is None or (isinstance(value, str) and value.strip() in ("", "None", "none")):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SpecError(field, f"must be an integer (got {value!r})") from None
+
+
+def _job_mapping(job: Mapping[str, Any] | str) -> dict[str, Any] | str:
+    return job if isinstance(job, str) else dict(job)
+
+
+class PlanTrainingOperator(QosflowOperator):
+    """Admit and size a deadline job; push the plan.
+
+    Args:
+        job: The job spec: a mapping or a YAML/JSON path (validated by ``qosflow.spec.load_job``).
+        deadline: Overrides the spec's deadline: ``HH:MM`` (next such time in the DAG's timezone),
+            an ISO instant or an ISO duration.
+        initial_units: Start at this size instead of the planned one (it must be an allowed level).
+        **kwargs: ``conn_id`` and the usual operator arguments.
+    """
+
+    template_fields: Sequence[str] = ("conn_id", "job", "deadline", "initial_units")
+    template_fields_renderers = {"job": "json"}  # noqa: RUF012
+
+    def __init__(
+        self,
+        *,
+        job: Mapping[str, Any] | str,
+        deadline: str | None = None,
+        initial_units: int | str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.job = _job_mapping(job)
+        self.deadline = deadline
+        self.initial_units = initial_units
+
+    def load(self, now: datetime, tz: tzinfo) -> JobSpec:
+        """The validated spec, with the deadline override applied."""
+        data: Any = self.job
+        if self.deadline:
+            if isinstance(data, str):
+                data = _read_mapping(data)
+            data = {**data, "deadline": resolve_deadline(str(self.deadline), now=now, tz=tz)}
+        return load_job(data, now=now)
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        """Plan; raise ``AirflowFailException`` on bad input or rejection."""
+        return guarded(lambda: self._plan(context))
+
+    def _plan(self, context: Any) -> dict[str, Any]:
+        cluster = self.hook.get_cluster()
+        now = cluster.now()
+        dag = context.get("dag")
+        tz: tzinfo = getattr(dag, "timezone", None) or UTC
+        spec = self.load(datetime.fromtimestamp(now, UTC), tz)
+        store = self.hook.get_history()
+        res = spec.resources
+        prior = store.prior(spec.key, res.unit, res.per_node)
+        capacity = cluster.capacity(res.unit)
+        plan = plan_job(
+            spec,
+            capacity=capacity.free,
+            now=now,
+            prior=prior,
+            calibration=store.calibration(spec.key),
+        )
+        verdict = plan.verdict
+        offer = _when(verdict.counter_offer)
+        if verdict.kind == "rejected":
+            raise AirflowFailException(
+                f"{spec.name}: rejected at admission, nothing submitted: {verdict.reason}"
+                + (f"; counter-offer: a deadline of {offer} would pass" if offer else "")
+            )
+        if verdict.kind == "best_effort":
+            self.log.warning(
+                "%s: deadline not guaranteed, running best effort: %s%s",
+                spec.name,
+                verdict.reason,
+                f" (counter-offer: {offer})" if offer else "",
+            )
+        units = _optional_int(self.initial_units, "initial_units") or plan.verdict.units
+        if units not in res.levels:
+            raise SpecError("initial_units", f"must be one of {list(res.levels)} (got {units})")
+        self.log.info(
+            "plan for %s: %s at %d %s (%s), priority %s; %s",
+            spec.name,
+            verdict.kind,
+            units,
+            res.unit,
+            f"planned {plan.verdict.units}",
+            plan.priority_class,
+            verdict.reason,
+        )
+        return {
+            "job": job_to_dict(spec),
+            "plan": plan.to_dict(),
+            "units": units,
+            "verdict": verdict.kind,
+            "reason": verdict.reason,
+            "counter_offer": verdict.counter_offer,
+            "priority_class": plan.priority_class,
+            "priority": plan.priority,
+            "history_url": self.hook.config.history_url,
+            "planned_at": now,
+        }
+
+
+def _read_mapping(path: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError("job", f"cannot read job spec file {path!r}: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError("job", f"{path} must hold a mapping of fields")
+    return data
+
+
+def _when(epoch: float | None) -> str | None:
+    return None if epoch is None else datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+class SubmitTrainingOperator(QosflowOperator):
+    """Launch segment 0 of a planned job; a retried try re-attaches to the same workflow.
+
+    Args:
+        plan_task_id: The plan step's task id.
+        checkpoint_dir: Where the segments keep checkpoints; default
+            ``<connection checkpoint_root>/<job name>``.
+        **kwargs: ``conn_id`` and the usual operator arguments.
+    """
+
+    template_fields: Sequence[str] = ("conn_id", "plan_task_id", "checkpoint_dir")
+
+    def __init__(
+        self, *, plan_task_id: str, checkpoint_dir: str | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.plan_task_id = plan_task_id
+        self.checkpoint_dir = checkpoint_dir
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        """Submit (idempotently) and push the training state."""
+        plan = context["ti"].xcom_pull(task_ids=self.plan_task_id)
+        if not plan:
+            raise AirflowFailException(f"no plan in XCom of {self.plan_task_id}")
+        return guarded(lambda: self._submit(context, plan))
+
+    def _submit(self, context: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
+        spec = job_from_dict(plan["job"])
+        root = self.checkpoint_dir or os.path.join(self.hook.config.checkpoint_root, spec.name)
+        ckpt = root if os.path.isabs(root) else str(Path(root).resolve())
+        state = TrainingState(
+            job=plan["job"],
+            workflow=f"{spec.name}-s0",
+            segment=0,
+            units=int(plan["units"]),
+            priority_class=str(plan["priority_class"]),
+            priority=int(plan["priority"]),
+            guaranteed=plan["verdict"] == "guaranteed",
+            checkpoint_dir=ckpt,
+            history_url=str(plan.get("history_url", "")),
+        )
+        cluster = self.hook.get_cluster()
+        request = submit_request(state, segment=0, resume=False, plan=json.dumps(plan["plan"]))
+        status = cluster.submit(request)
+        state = state.evolve(workflow=status.name)
+        self.push_state(context, state)
+        self.log.info(
+            "submitted %s: %d %s, class %s, phase %s",
+            status.name,
+            state.units,
+            spec.resources.unit,
+            state.priority_class,
+            status.phase.value,
+        )
+        return {"workflow": status.name, "phase": status.phase.value, "units": state.units}

@@ -1,0 +1,125 @@
+"""Checkpoint-restart of a running job into a new segment: stop → verify → resubmit with resume.
+
+Used by the rescale step (new size) and the priority bump (new PriorityClass, which a running pod
+cannot change). It only talks to the ``Actuator``/``ClusterView`` Protocols, so it is the same code
+on a real cluster, the local cluster and in tests. Guarantees:
+
+* never two segments running: the old segment is stopped and seen ended before the next is created,
+  and a running segment other than the old one aborts the restart;
+* never losing progress: the new segment resumes from the checkpoint, and the stop must report a
+  step count no lower than the last one observed;
+* idempotent: a retried step that finds the next segment already created re-attaches to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from qosflow.cluster import Actuator, ClusterView, JobStatus, Phase, SubmitRequest
+from qosflow.errors import ClusterError
+from qosflow_airflow.state import TrainingState
+
+
+class Cluster(ClusterView, Actuator, Protocol):
+    """A cluster that can be both observed and acted on (``ArgoCluster``, ``SimCluster``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """What a checkpoint-restart did.
+
+    Attributes:
+        state: The state after the restart (the new segment, or the old one if it had finished).
+        status: The new segment's status, or the old one's if no restart was needed.
+        resumed_from: Step count the old segment stopped at (its last checkpoint).
+        finished: True when the old segment had already finished the job (nothing resubmitted).
+    """
+
+    state: TrainingState
+    status: JobStatus
+    resumed_from: int
+    finished: bool
+
+
+def submit_request(
+    state: TrainingState, *, segment: int, resume: bool, plan: str = "{}"
+) -> SubmitRequest:
+    """The submit request of a segment of the state's job, at the state's size and priority."""
+    spec = state.spec
+    return SubmitRequest(
+        job=spec.name,
+        segment=segment,
+        units=state.units,
+        unit=spec.resources.unit,
+        total_steps=spec.total_steps,
+        resume=resume,
+        priority_class=state.priority_class,
+        priority=state.priority,
+        image=spec.image,
+        command=spec.command,
+        memory_per_unit=spec.resources.memory_per_unit,
+        deadline=spec.deadline,
+        checkpoint_dir=state.checkpoint_dir,
+        checkpoint_every_steps=spec.checkpoint_every_steps,
+        plan=plan,
+    )
+
+
+def _existing(cluster: ClusterView, job: str, segment: int) -> JobStatus | None:
+    for status in cluster.list_jobs(job):
+        if status.segment == segment:
+            return status
+    return None
+
+
+def checkpoint_restart(
+    cluster: Cluster,
+    state: TrainingState,
+    *,
+    units: int,
+    priority_class: str,
+    priority: int,
+    reason: str,
+) -> Restart:
+    """Stop the current segment (it checkpoints on SIGTERM) and resume in the next one.
+
+    Raises:
+        ClusterError: When the old segment failed, reported less progress than before, or another
+            segment of the job is still running.
+    """
+    spec = state.spec
+    nxt = state.segment + 1
+    new_state = state.evolve(
+        segment=nxt,
+        workflow=f"{spec.name}-s{nxt}",
+        units=units,
+        priority_class=priority_class,
+        priority=priority,
+        last_rescale_at=cluster.now(),
+    )
+    again = _existing(cluster, spec.name, nxt)
+    if again is not None:  # a retried try: the next segment exists already
+        return Restart(new_state, again, again.steps_done or 0, finished=False)
+    before = cluster.status(state.workflow)
+    if before.phase is Phase.SUCCEEDED:
+        return Restart(state, before, before.steps_done or spec.total_steps, finished=True)
+    stopped = before if before.phase.finished else cluster.stop(state.workflow, message=reason)
+    if stopped.phase is Phase.SUCCEEDED:
+        return Restart(state, stopped, stopped.steps_done or spec.total_steps, finished=True)
+    if stopped.phase is Phase.FAILED:
+        raise ClusterError(f"{state.workflow} failed while stopping: {stopped.message}")
+    if not stopped.phase.finished:
+        raise ClusterError(f"{state.workflow} did not stop (phase {stopped.phase.value})")
+    seen = before.steps_done or 0
+    at = stopped.steps_done or 0
+    if at < seen:
+        raise ClusterError(
+            f"{state.workflow} stopped at step {at}, behind the {seen} already observed: "
+            "refusing to resume from a stale checkpoint"
+        )
+    running = [s.name for s in cluster.list_jobs(spec.name) if not s.phase.finished]
+    if running:
+        raise ClusterError(f"segments still running: {', '.join(running)}; not resubmitting")
+    status = cluster.submit(submit_request(new_state, segment=nxt, resume=True))
+    return Restart(new_state, status, at, finished=False)

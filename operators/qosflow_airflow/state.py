@@ -1,0 +1,145 @@
+"""The training state the steps hand to each other through XCom.
+
+Airflow tasks share nothing but XCom, so every step that changes the running job (submit, rescale,
+priority bump) pushes a complete :class:`TrainingState` under the XCom key ``state``; the next step
+takes the newest one (:func:`latest_state`). A job spec travels as the mapping :func:`job_to_dict`
+builds, with its deadline and submission time resolved, and is re-validated by
+:func:`qosflow.spec.load_job` on the way back in, so an XCom edited by hand cannot smuggle in an
+invalid spec.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from qosflow.spec import JobSpec, load_job
+from qosflow.speed import ProgressSample
+
+STATE_KEY = "state"
+
+
+class XComPuller(Protocol):
+    """The part of a task instance this module needs."""
+
+    def xcom_pull(self, task_ids: str, key: str = ...) -> Any:
+        """Pull one XCom value."""
+        ...
+
+
+def job_to_dict(spec: JobSpec) -> dict[str, Any]:
+    """A JSON-safe mapping that :func:`job_from_dict` turns back into the same spec."""
+    res = spec.resources
+    deadline = spec.submitted_at if math.isinf(spec.deadline) else spec.deadline
+    return {
+        "name": spec.name,
+        "key": spec.key,
+        "total_steps": spec.total_steps,
+        "deadline": datetime.fromtimestamp(deadline, UTC).isoformat(),
+        "submitted_at": spec.submitted_at,
+        "resources": {
+            "unit": res.unit,
+            "min": res.min,
+            "max": res.max,
+            "levels": list(res.levels),
+            "per_node": res.per_node,
+            "memory_per_unit": res.memory_per_unit,
+        },
+        "checkpoint_every_steps": spec.checkpoint_every_steps,
+        "best_effort": spec.best_effort,
+        "if_not_guaranteed": spec.if_not_guaranteed,
+        "margin_seconds": spec.margin_seconds,
+        "dwell_seconds": spec.dwell_seconds,
+        "image": spec.image,
+        "command": list(spec.command),
+    }
+
+
+def job_from_dict(data: Mapping[str, Any]) -> JobSpec:
+    """Rebuild a spec from :func:`job_to_dict` output (validated again by ``load_job``)."""
+    fields = dict(data)
+    submitted = float(fields.pop("submitted_at"))
+    return load_job(fields, now=datetime.fromtimestamp(submitted, UTC))
+
+
+def samples_to_rows(samples: Iterable[ProgressSample]) -> list[list[float]]:
+    """JSON rows ``[time, steps_done, units]``."""
+    return [[s.time, s.steps_done, s.units] for s in samples]
+
+
+def samples_from_rows(rows: Iterable[Sequence[float]]) -> list[ProgressSample]:
+    """Inverse of :func:`samples_to_rows`."""
+    return [ProgressSample(float(t), int(n), int(u)) for t, n, u in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingState:
+    """Where a deadline job stands: which segment runs, at what size and priority.
+
+    Attributes:
+        job: The job spec as :func:`job_to_dict` made it.
+        workflow: Name of the current segment's workflow.
+        segment: Current segment number.
+        units: Units of the current segment.
+        priority_class: PriorityClass of the current segment's pod.
+        priority: Argo ``spec.priority`` of the current segment.
+        guaranteed: Whether admission guaranteed the deadline.
+        checkpoint_dir: Checkpoint directory shared by all segments.
+        last_rescale_at: When the size last changed (epoch seconds), ``None`` before any change.
+        history_url: SQLAlchemy URL of the history store.
+    """
+
+    job: Mapping[str, Any]
+    workflow: str
+    segment: int
+    units: int
+    priority_class: str
+    priority: int
+    guaranteed: bool
+    checkpoint_dir: str
+    last_rescale_at: float | None = None
+    history_url: str = ""
+
+    @property
+    def spec(self) -> JobSpec:
+        """The validated job spec."""
+        return job_from_dict(self.job)
+
+    def evolve(self, **changes: Any) -> TrainingState:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (XCom)."""
+        data = asdict(self)
+        data["job"] = dict(self.job)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainingState:
+        """Inverse of :meth:`to_dict`."""
+        last = data.get("last_rescale_at")
+        return cls(
+            job=dict(data["job"]),
+            workflow=str(data["workflow"]),
+            segment=int(data["segment"]),
+            units=int(data["units"]),
+            priority_class=str(data["priority_class"]),
+            priority=int(data["priority"]),
+            guaranteed=bool(data["guaranteed"]),
+            checkpoint_dir=str(data["checkpoint_dir"]),
+            last_rescale_at=None if last is None else float(last),
+            history_url=str(data.get("history_url", "")),
+        )
+
+
+def latest_state(ti: XComPuller, task_ids: Sequence[str]) -> TrainingState | None:
+    """The state pushed by the first of ``task_ids`` (newest first) that pushed one."""
+    for task_id in task_ids:
+        value = ti.xcom_pull(task_ids=task_id, key=STATE_KEY)
+        if value:
+            return TrainingState.from_dict(value)
+    return None

@@ -1,0 +1,146 @@
+"""``deadline_training``: the deadline control loop as K unrolled rounds of ordinary tasks.
+
+::
+
+    plan → submit → round_1 → … → round_K → finish
+    round_k = watch → decide ─┬→ rescale  ─┐
+                              ├→ bump     ─┼→ (round_k+1.watch)
+                              ├→ continue ─┘
+                              └→ done ─────────→ finish
+
+Airflow DAGs have no loops, so each round is a watch (deferrable sensor), a branch on its decision
+and the three ways to act. ``done`` (the watch saw the job end) skips every later round: their
+watches need one successful act (``none_failed_min_one_success``) and all three were skipped.
+``finish`` has ``all_done``: it always runs, waits for a job still running after the last round,
+records and reports, and fails unless the training succeeded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import TaskGroup, TriggerRule
+
+from qosflow.decide import Action
+from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID
+from qosflow_airflow.operators.branch import DeadlineBranchOperator
+from qosflow_airflow.operators.finish import FinishTrainingOperator
+from qosflow_airflow.operators.plan import PlanTrainingOperator, SubmitTrainingOperator
+from qosflow_airflow.operators.rescale import PriorityBumpOperator, RescaleOperator
+from qosflow_airflow.sensors.progress import DeadlineProgressSensor
+
+
+def deadline_training(
+    job: Mapping[str, Any] | str,
+    *,
+    rounds: int = 3,
+    conn_id: str = DEFAULT_CONN_ID,
+    group_id: str = "training",
+    deadline: str | None = None,
+    initial_units: int | str | None = None,
+    poll_interval: float = 5.0,
+    hold_seconds: float | None = None,
+    report_dir: str = ".qosflow/reports",
+    deferrable: bool = True,
+) -> TaskGroup:
+    """Build the deadline-training task group (call inside a ``DAG`` context).
+
+    Args:
+        job: Job spec mapping or YAML/JSON path (templated).
+        rounds: Watch/decide/act rounds K (≥ 1).
+        conn_id: The ``qosflow_argo`` connection.
+        group_id: Task-group id (unique within the DAG).
+        deadline: Deadline override (``HH:MM`` in the DAG's timezone, ISO instant or duration).
+        initial_units: Start size override (templated), ``None`` = the planned size.
+        poll_interval: Seconds between progress polls.
+        hold_seconds: How long a decision must hold (default: the job's ``dwell_seconds``).
+        report_dir: Directory of the PNG report.
+        deferrable: Watch from the triggerer (default) or poke from a worker.
+
+    Returns:
+        The task group: ``plan`` is its root, ``finish`` its leaf.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1 (got {rounds})")
+    with TaskGroup(group_id=group_id) as group:
+        prefix = f"{group_id}."
+        plan = PlanTrainingOperator(
+            task_id="plan",
+            job=job,
+            conn_id=conn_id,
+            deadline=deadline,
+            initial_units=initial_units,
+            retries=0,
+        )
+        submit = SubmitTrainingOperator(
+            task_id="submit", plan_task_id=f"{prefix}plan", conn_id=conn_id
+        )
+        plan >> submit
+        state_ids = [f"{prefix}submit"]
+        watch_ids: list[str] = []
+        act_ids: list[str] = []
+        previous: list[Any] = [submit]
+        dones: list[Any] = []
+        for k in range(1, rounds + 1):
+            r = f"{prefix}round_{k}."
+            with TaskGroup(group_id=f"round_{k}"):
+                watch = DeadlineProgressSensor(
+                    task_id="watch",
+                    state_task_ids=list(state_ids),
+                    watch_task_ids=list(watch_ids),
+                    conn_id=conn_id,
+                    poll_interval=poll_interval,
+                    hold_seconds=hold_seconds,
+                    deferrable=deferrable,
+                    trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+                )
+                acts = {
+                    "rescale": RescaleOperator(
+                        task_id="rescale",
+                        watch_task_id=f"{r}watch",
+                        state_task_ids=list(state_ids),
+                        conn_id=conn_id,
+                    ),
+                    "bump": PriorityBumpOperator(
+                        task_id="bump",
+                        watch_task_id=f"{r}watch",
+                        state_task_ids=list(state_ids),
+                        conn_id=conn_id,
+                    ),
+                    "continue": EmptyOperator(task_id="continue"),
+                    "done": EmptyOperator(task_id="done"),
+                }
+                branch = DeadlineBranchOperator(
+                    task_id="decide",
+                    watch_task_id=f"{r}watch",
+                    branches={
+                        Action.DONE.value: f"{r}done",
+                        Action.ON_TRACK.value: f"{r}continue",
+                        Action.SCALE_UP.value: f"{r}rescale",
+                        Action.SCALE_DOWN.value: f"{r}rescale",
+                        Action.BUMP.value: f"{r}bump",
+                        Action.AT_RISK.value: f"{r}bump",
+                    },
+                )
+                previous >> watch >> branch >> list(acts.values())
+            watch_ids.append(f"{r}watch")
+            act_ids += [f"{r}rescale", f"{r}bump"]
+            state_ids = [f"{r}rescale", f"{r}bump", *state_ids]
+            previous = [acts["rescale"], acts["bump"], acts["continue"]]
+            dones.append(acts["done"])
+        finish = FinishTrainingOperator(
+            task_id="finish",
+            plan_task_id=f"{prefix}plan",
+            watch_task_ids=watch_ids,
+            act_task_ids=act_ids,
+            state_task_ids=state_ids,
+            conn_id=conn_id,
+            report_dir=report_dir,
+            poll_interval=poll_interval,
+            deferrable=deferrable,
+            trigger_rule=TriggerRule.ALL_DONE,
+        )
+        [*previous, *dones] >> finish
+    return group

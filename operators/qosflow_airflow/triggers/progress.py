@@ -1,0 +1,160 @@
+"""``DeadlineProgressTrigger``: watch a training workflow from the triggerer.
+
+All blocking work — HTTP to Argo and Kubernetes, the history store, the speed fit and the decision
+— runs in ``asyncio.to_thread``, so the triggerer's event loop only ever awaits. The trigger's
+kwargs are the whole state needed to resume: after a triggerer restart a new instance built from
+:meth:`DeadlineProgressTrigger.serialize` watches the same workflow (earlier samples travel in
+``samples``; samples of the interrupted watch are observed again as progress continues).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from airflow.sdk import BaseHook
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from qosflow.cluster import ClusterView
+from qosflow.errors import ClusterError, QosflowError
+from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, config_from_connection
+from qosflow_airflow.state import TrainingState, samples_from_rows
+from qosflow_airflow.watch import Watcher, WatchEvent
+
+ERROR = "error"
+
+
+class DeadlineProgressTrigger(BaseTrigger):
+    """Poll one workflow, fit, predict and decide; fire once (done, failed or a held decision).
+
+    Args:
+        state: The :class:`~qosflow_airflow.state.TrainingState` as a dict.
+        conn_id: The ``qosflow_argo`` connection.
+        samples: Earlier progress rows ``[time, steps, units]`` (previous rounds).
+        poll_interval: Seconds between polls.
+        hold_seconds: How long an actionable decision must hold; ``None`` = the job's dwell time.
+        end_only: Only report the end of the workflow.
+        max_errors: Consecutive retryable cluster errors tolerated before giving up.
+    """
+
+    def __init__(
+        self,
+        *,
+        state: Mapping[str, Any],
+        conn_id: str = DEFAULT_CONN_ID,
+        samples: Sequence[Sequence[float]] = (),
+        poll_interval: float = 5.0,
+        hold_seconds: float | None = None,
+        end_only: bool = False,
+        max_errors: int = 5,
+    ) -> None:
+        super().__init__()
+        self.state = dict(state)
+        self.conn_id = conn_id
+        self.samples = [list(row) for row in samples]
+        self.poll_interval = float(poll_interval)
+        self.hold_seconds = hold_seconds
+        self.end_only = end_only
+        self.max_errors = max_errors
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        """Literal classpath and JSON-safe kwargs."""
+        return (
+            "qosflow_airflow.triggers.progress.DeadlineProgressTrigger",
+            {
+                "state": self.state,
+                "conn_id": self.conn_id,
+                "samples": self.samples,
+                "poll_interval": self.poll_interval,
+                "hold_seconds": self.hold_seconds,
+                "end_only": self.end_only,
+                "max_errors": self.max_errors,
+            },
+        )
+
+    async def cluster(self) -> tuple[ClusterView, str]:
+        """The cluster client and history URL of the connection (resolved asynchronously)."""
+        from qosflow_airflow.hooks.argo import cluster_from_config
+
+        conn = await BaseHook.aget_connection(self.conn_id)
+        config = config_from_connection(host=conn.host, password=conn.password, extra=conn.extra)
+        return await asyncio.to_thread(cluster_from_config, config), config.history_url
+
+    def watcher(self, history_url: str) -> Watcher:
+        """A fresh watcher for the state, with the history store's prior (blocking: run in a thread)."""
+        state = TrainingState.from_dict(self.state)
+        spec = state.spec
+        url = state.history_url or history_url
+        return new_watcher(
+            state,
+            history_url=url,
+            samples=samples_from_rows(self.samples),
+            hold_s=spec.dwell_seconds if self.hold_seconds is None else float(self.hold_seconds),
+            end_only=self.end_only,
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        """Poll until the watch ends; yield exactly one event."""
+        workflow = str(self.state.get("workflow", ""))
+        try:
+            cluster, history_url = await self.cluster()
+            watcher = await asyncio.to_thread(self.watcher, history_url)
+        except QosflowError as exc:
+            yield TriggerEvent({"status": ERROR, "workflow": workflow, "message": str(exc)})
+            return
+        errors = 0
+        while True:
+            try:
+                event = await asyncio.to_thread(poll_once, cluster, watcher)
+                errors = 0
+            except ClusterError as exc:
+                errors += 1
+                if not exc.retryable or errors >= self.max_errors:
+                    message = f"cannot watch {workflow}: {exc}"
+                    yield TriggerEvent({"status": ERROR, "workflow": workflow, "message": message})
+                    return
+                self.log.warning("watch of %s: %s (retrying)", workflow, exc)
+                event = None
+            if event is not None:
+                yield TriggerEvent(event.to_dict())
+                return
+            await asyncio.sleep(self.poll_interval)
+
+
+def new_watcher(
+    state: TrainingState,
+    *,
+    history_url: str,
+    samples: Sequence[Any] = (),
+    hold_s: float,
+    end_only: bool = False,
+) -> Watcher:
+    """A watcher for the current segment, primed with history (blocking)."""
+    spec = state.spec
+    prior, calibration = None, None
+    if history_url:
+        from qosflow.history import HistoryStore
+
+        store = HistoryStore(history_url)
+        prior = store.prior(spec.key, spec.resources.unit, spec.resources.per_node)
+        calibration = store.calibration(spec.key)
+    watcher = Watcher(
+        spec=spec,
+        workflow=state.workflow,
+        last_rescale_at=state.last_rescale_at,
+        history=tuple(samples),
+        prior=prior,
+        hold_s=hold_s,
+        end_only=end_only,
+    )
+    if calibration is not None:
+        watcher.calibration = calibration
+    return watcher
+
+
+def poll_once(cluster: ClusterView, watcher: Watcher) -> WatchEvent | None:
+    """One blocking poll: status, capacity, clock → the watcher."""
+    status = cluster.status(watcher.workflow)
+    free = cluster.capacity(watcher.spec.resources.unit).free
+    return watcher.observe(status, now=cluster.now(), free_units=free)

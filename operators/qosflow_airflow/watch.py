@@ -1,0 +1,162 @@
+"""The watch: live progress of one workflow turned into at most one actionable event.
+
+``Watcher`` is what the deferrable trigger (and the sensor in poke mode) runs on every poll. It
+keeps the progress samples, fits the speed model, predicts and decides through the core
+(:func:`qosflow.planning.belief_for`, :func:`qosflow.decide.decide`) and reports **one** event:
+
+* ``done`` when the workflow succeeded;
+* ``failed`` when it failed or was stopped by someone else (with the pod's message);
+* ``decision`` when an actionable decision (anything but ``on_track``) has held for the dwell time.
+
+It never reads a clock: the time of each observation comes from the cluster (``ClusterView.now``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from qosflow.cluster import JobStatus, Phase
+from qosflow.decide import Action, Decision, JobSnapshot, decide, margin_for
+from qosflow.planning import belief_for
+from qosflow.predict import Calibration
+from qosflow.spec import JobSpec
+from qosflow.speed import ProgressSample, SpeedModel
+from qosflow_airflow.state import samples_to_rows
+
+DONE, FAILED, DECISION = "done", "failed", "decision"
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """The one event a watch ends with.
+
+    Attributes:
+        status: ``done``, ``failed`` or ``decision``.
+        workflow: The watched workflow.
+        time: When it was observed (epoch seconds).
+        decision: The decision (for ``done``: a ``done`` decision with the finish time).
+        message: The failure message, or the decision's reason.
+        samples: Progress samples observed during this watch.
+        finished_at: When the workflow finished, for ``done`` and ``failed``.
+    """
+
+    status: str
+    workflow: str
+    time: float
+    decision: Decision | None
+    message: str
+    samples: tuple[ProgressSample, ...]
+    finished_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (the trigger event payload)."""
+        return {
+            "status": self.status,
+            "workflow": self.workflow,
+            "time": self.time,
+            "decision": None if self.decision is None else self.decision.to_dict(),
+            "message": self.message,
+            "samples": samples_to_rows(self.samples),
+            "finished_at": self.finished_at,
+        }
+
+
+@dataclass(slots=True)
+class Watcher:
+    """Mutable per-watch memory: samples seen and the decision being held.
+
+    Attributes:
+        spec: The job.
+        workflow: The workflow to watch.
+        last_rescale_at: When the size last changed (for the core's dwell rule).
+        history: Samples from earlier rounds (used for the fit, not reported again).
+        prior: Speed model from the history store, if any.
+        calibration: Conformal calibration from the history store.
+        hold_s: How long an actionable decision must hold before it is reported.
+        end_only: Report only the end of the workflow (the finish step's wait).
+        min_samples: Samples at the current size needed before any actionable decision.
+    """
+
+    spec: JobSpec
+    workflow: str
+    last_rescale_at: float | None = None
+    history: Sequence[ProgressSample] = ()
+    prior: SpeedModel | None = None
+    calibration: Calibration = field(default_factory=Calibration)
+    hold_s: float = 0.0
+    end_only: bool = False
+    min_samples: int = 2
+    samples: list[ProgressSample] = field(default_factory=list)
+    held: Decision | None = None
+    held_since: float = 0.0
+
+    def observe(self, status: JobStatus, *, now: float, free_units: int) -> WatchEvent | None:
+        """Take one observation of the workflow; return the event when the watch is over."""
+        self._record(status, now)
+        if status.phase.finished:
+            return self._ended(status, now)
+        if self.end_only or not self._enough(status.units):
+            return None
+        decision = self.decide(status, now=now, free_units=free_units)
+        if decision.action in (Action.ON_TRACK, Action.DONE):
+            self.held = None
+            return None
+        if self.held is None or self.held.action != decision.action:
+            self.held, self.held_since = decision, now
+        else:
+            self.held = decision
+        if now - self.held_since < self.hold_s:
+            return None
+        return WatchEvent(
+            DECISION, self.workflow, now, decision, decision.reason, tuple(self.samples)
+        )
+
+    def decide(self, status: JobStatus, *, now: float, free_units: int) -> Decision:
+        """The core's decision on everything observed so far."""
+        belief = belief_for(
+            self.spec,
+            [*self.history, *self.samples],
+            prior=self.prior,
+            calibration=self.calibration,
+        )
+        snap = JobSnapshot(
+            spec=self.spec,
+            now=now,
+            steps_done=status.steps_done or 0,
+            units=status.units,
+            queued=status.phase is Phase.PENDING,
+            last_rescale_at=self.last_rescale_at,
+        )
+        return decide(snap, belief, free_units=free_units)
+
+    def _record(self, status: JobStatus, now: float) -> None:
+        if status.steps_done is None or status.phase is Phase.PENDING:
+            return
+        last = self.samples[-1] if self.samples else None
+        if last is None or last.steps_done != status.steps_done or last.units != status.units:
+            self.samples.append(ProgressSample(now, status.steps_done, status.units))
+
+    def _enough(self, units: int) -> bool:
+        seen = [s for s in (*self.history, *self.samples) if s.units == units]
+        return len(seen) >= self.min_samples
+
+    def _ended(self, status: JobStatus, now: float) -> WatchEvent:
+        finished = status.finished_at if status.finished_at is not None else now
+        samples = tuple(self.samples)
+        if status.phase is Phase.SUCCEEDED:
+            margin = margin_for(self.spec, finished)
+            done = Decision(
+                action=Action.DONE,
+                units=status.units,
+                reason=f"workflow {status.name} succeeded after {self.spec.total_steps} steps",
+                median_finish=finished,
+                conservative_finish=finished,
+                deadline=self.spec.deadline,
+                margin=margin,
+            )
+            return WatchEvent(DONE, self.workflow, now, done, done.reason, samples, finished)
+        detail = status.message or f"workflow ended in phase {status.phase.value}"
+        message = f"training workflow {status.name} {status.phase.value.lower()}: {detail}"
+        return WatchEvent(FAILED, self.workflow, now, None, message, samples, finished)
