@@ -26,6 +26,7 @@ The fill module's plan is the proof: :func:`backward_fill` returns it for checki
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -198,49 +199,109 @@ class Verdict:
 
 
 @dataclass(frozen=True, slots=True)
-class _Job:
-    """A job reduced to its speed frontier (levels faster than every smaller one, <= capacity)."""
+class _Speeds:
+    """A job's speed frontier: levels faster than every smaller one, within the capacity.
 
+    ``units``/``rates`` start with an idle level (0 units, 0 steps/s); ``hull`` is the lower convex
+    hull of ``(rate, units)`` from the origin, the energy test's cost curve.
+    """
+
+    units: IntArray
+    rates: FloatArray
+    hull: tuple[tuple[float, float], ...]
+    pin_rate: float
+
+
+@functools.lru_cache(maxsize=65_536)
+def _speeds(
+    levels: tuple[int, ...], step_time: tuple[float, ...], capacity: int, running: int
+) -> _Speeds:
+    units, rates, pin_rate = [0], [0.0], 0.0
+    for n, t in zip(levels, step_time, strict=True):
+        rate = 1.0 / t if math.isfinite(t) else 0.0
+        if n <= running:
+            pin_rate = max(pin_rate, rate)
+        if n <= capacity and rate > rates[-1]:
+            units.append(n)
+            rates.append(rate)
+    hull: list[tuple[float, float]] = []
+    for point in zip(rates, map(float, units), strict=True):  # rates and units both ascend
+        while len(hull) >= 2 and _turns_up(hull[-2], hull[-1], point):
+            hull.pop()
+        hull.append(point)
+    return _Speeds(
+        np.array(units, dtype=np.int64), np.array(rates, dtype=np.float64), tuple(hull), pin_rate
+    )
+
+
+def _turns_up(a: tuple[float, float], b: tuple[float, float], c: tuple[float, float]) -> bool:
+    """Whether ``b`` lies on or above the chord ``a -> c`` (so it is not on the lower hull)."""
+    return (b[1] - a[1]) * (c[0] - a[0]) >= (c[1] - a[1]) * (b[0] - a[0])
+
+
+def _hull_energy(hull: Sequence[tuple[float, float]], steps: float, window: float) -> float:
+    if steps <= 0.0:
+        return 0.0
+    if window <= 0.0 or len(hull) < 2:
+        return math.inf
+    x = steps / window
+    if x > hull[-1][0] * (1.0 + _EPS):
+        return math.inf
+    for (x1, y1), (x2, y2) in itertools.pairwise(hull):
+        if x <= x2:
+            return window * (y1 + (y2 - y1) * (x - x1) / (x2 - x1))
+    return window * hull[-1][1]
+
+
+def least_energy(
+    levels: Sequence[int], step_time: Sequence[float], steps: float, window: float
+) -> float:
+    """Least unit-seconds to run ``steps`` within ``window`` seconds, mixing levels over time.
+
+    The two-row LP ``min sum(t_n * n)`` s.t. ``sum(t_n / step_time_n) >= steps``,
+    ``sum(t_n) <= window``, solved on the lower convex hull of ``(0, 0)`` and ``(rate_n, n)``: the
+    optimum runs the whole window at the average rate ``steps / window``. ``inf`` when even the
+    fastest level is too slow.
+    """
+    sp = _speeds(tuple(levels), tuple(step_time), max(levels, default=0), 0)
+    return _hull_energy(sp.hull, steps, window)
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
     name: str
     order: int
     due: float
     steps: float
-    units: IntArray
-    rates: FloatArray
+    sp: _Speeds
     pin_units: int
-    pin_rate: float
+
+    @property
+    def top(self) -> int:
+        """Fastest level within the capacity (0: none has a known speed)."""
+        return int(self.sp.units[-1])
 
     @property
     def alone_s(self) -> float:
         """Seconds to finish at the fastest level with the whole cluster."""
-        return self.steps / float(self.rates[-1]) if self.rates.size else math.inf
+        return self.steps / float(self.sp.rates[-1]) if self.top else math.inf
+
+    def quickest(self, window: float) -> int:
+        """Smallest level that finishes within ``window`` seconds alone, else the fastest one."""
+        for n, r in zip(self.sp.units[1:], self.sp.rates[1:], strict=True):
+            if self.steps <= r * window:
+                return int(n)
+        return self.top
 
 
-def _frontier(c: Candidate, capacity: int, order: int) -> _Job:
-    units: list[int] = []
-    rates: list[float] = []
-    pin_rate = 0.0
-    for n, t in zip(c.levels, c.step_time, strict=True):
-        rate = 1.0 / t if math.isfinite(t) else 0.0
-        if n <= c.running_units:
-            pin_rate = max(pin_rate, rate)
-        if n <= capacity and rate > (rates[-1] if rates else 0.0):
-            units.append(n)
-            rates.append(rate)
-    return _Job(
-        c.name,
-        order,
-        c.due,
-        float(c.remaining_steps),
-        np.array(units, dtype=np.int64),
-        np.array(rates, dtype=np.float64),
-        c.running_units if c.guaranteed else 0,
-        pin_rate if c.guaranteed else 0.0,
-    )
+def _job(c: Candidate, capacity: int, order: int) -> _Job:
+    pin = c.running_units if c.guaranteed else 0
+    sp = _speeds(c.levels, c.step_time, capacity, pin)
+    return _Job(c.name, order, c.due, float(c.remaining_steps), sp, pin)
 
 
 def timeline(now: float, horizon: float, slot_s: float, marks: Sequence[float]) -> FloatArray:
-    """Slot edges from ``now`` to at least ``horizon``: a fine grid, then doubling, plus ``marks``."""
+    """Slot edges from ``now`` past ``horizon``: a fine grid, then doubling slots, plus ``marks``."""
     span = max(horizon - now, slot_s)
     lengths: list[FloatArray] = [np.full(FINE_SLOTS, slot_s)]
     covered, length = FINE_SLOTS * slot_s, slot_s
@@ -249,9 +310,9 @@ def timeline(now: float, horizon: float, slot_s: float, marks: Sequence[float]) 
         lengths.append(np.full(COARSE_BLOCK, length))
         covered += COARSE_BLOCK * length
     grid = now + np.concatenate(([0.0], np.cumsum(np.concatenate(lengths))))
-    cut = int(np.searchsorted(grid, now + span, side="left")) + 1
-    inside = [m for m in marks if now < m <= grid[cut - 1]]
-    return np.unique(np.concatenate((grid[:cut], np.array(inside, dtype=np.float64))))
+    grid = grid[: int(np.searchsorted(grid, now + span, side="left")) + 1]
+    inside = np.array([m for m in marks if now < m <= grid[-1]], dtype=np.float64)
+    return np.unique(np.concatenate((grid, inside)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,13 +324,13 @@ class _Placement:
 
 
 class _Timeline:
-    """Free units per slot; mutated as jobs are placed (a local workspace, never shared)."""
+    """Free units per slot, mutated as jobs are placed (a local workspace, never shared)."""
 
     def __init__(self, edges: FloatArray, capacity: int, slot_s: float, pinned: int) -> None:
         self.edges = edges
         self.edge_list: list[float] = edges.tolist()
         self.lens = np.diff(edges)
-        self.npin = bisect.bisect_left(self.edge_list, edges[0] + slot_s)
+        self.npin = bisect.bisect_left(self.edge_list, self.edge_list[0] + slot_s)
         self.free0 = np.full(self.lens.size, capacity, dtype=np.int64)
         self.free0[: self.npin] = max(capacity - pinned, 0)
         self.free = self.free0.copy()
@@ -282,8 +343,7 @@ class _Timeline:
         return bisect.bisect_right(self.edge_list, t + _EPS * max(1.0, abs(t))) - 1
 
     def apply(self, p: _Placement) -> None:
-        if p.alloc.size:
-            self.free[p.start : p.end] -= p.alloc
+        self.free[p.start : p.end] -= p.alloc
 
     def place(self, job: _Job) -> _Placement | None:
         """Minimal satisfactory share of ``job`` by backward fill; ``None`` when it cannot fit."""
@@ -291,71 +351,63 @@ class _Timeline:
         first = self.npin if job.pin_units else 0
         need = job.steps
         if job.pin_units:
-            need -= job.pin_rate * (self.edge_list[min(end, self.npin)] - self.edge_list[0])
+            need -= job.sp.pin_rate * (self.edge_list[min(end, self.npin)] - self.edge_list[0])
         if need <= _EPS * max(job.steps, 1.0):
             return _Placement(end, end, np.zeros(0, dtype=np.int64), job.pin_units)
-        if end <= first or not job.rates.size:
+        if end <= first:
             return None
-        target = need * (1.0 - _EPS)
-        span = self.edge_list[end] - self.edge_list[first]
-        lo = int(np.searchsorted(job.rates * span, target, side="left"))
-        if lo >= job.rates.size:
+        target, rates = need * (1.0 - _EPS), job.sp.rates
+        lo = int(np.searchsorted(rates * (self.edge_list[end] - self.edge_list[first]), target))
+        if lo >= rates.size:
             return None
-        fast = self._fast(job, lo, first, end, target)
-        if fast is not None:
-            return fast
-        best = self._general(job, lo, first, end, target)
-        if best is not None:
-            return best
-        hi = job.rates.size - 1
-        best = self._general(job, hi, first, end, target) if hi > lo else None
-        if best is None:
-            return None
-        lo += 1
-        while lo < hi:  # smallest cap in (lo, hi] that fits; feasibility grows with the cap
-            mid = (lo + hi) // 2
-            got = self._general(job, mid, first, end, target)
-            if got is None:
-                lo = mid + 1
-            else:
-                best, hi = got, mid
+        start = max(self.index(self.edge_list[end] - target / float(rates[lo])), first)
+        cap = int(job.sp.units[lo])
+        if int(self.free[start:end].min()) >= cap:  # the whole block at one level fits
+            return _Placement(start, end, np.full(end - start, cap, dtype=np.int64), cap)
+        hint, hi = 4 * (end - start) + 16, rates.size - 1
+        best = self._fill(job, lo, first, end, target, hint)
+        if best is None and hi > lo:
+            best = self._fill(job, hi, first, end, target, hint)
+            lo += 1
+            while best is not None and lo < hi:  # smallest cap in [lo, hi] that fits
+                mid = (lo + hi) // 2
+                got = self._fill(job, mid, first, end, target, hint)
+                if got is None:
+                    lo = mid + 1
+                else:
+                    best, hi = got, mid
         return best
 
-    def _fast(self, job: _Job, i: int, first: int, end: int, target: float) -> _Placement | None:
-        """The whole block at one level, when the free units allow it everywhere."""
-        start = self.index(self.edge_list[end] - target / float(job.rates[i]))
-        cap = int(job.units[i])
-        if start < first or int(self.free[start:end].min()) < cap:
-            return None
-        return _Placement(start, end, np.full(end - start, cap, dtype=np.int64), cap)
-
-    def _general(self, job: _Job, i: int, first: int, end: int, target: float) -> _Placement | None:
-        cap = int(job.units[i])
-        lim = np.minimum(self.free[first:end], cap)
-        idx = np.searchsorted(job.units, lim, side="right") - 1
-        usable = idx >= 0
-        idx = np.maximum(idx, 0)
-        units = np.where(usable, job.units[idx], 0)
-        work = np.where(usable, job.rates[idx], 0.0) * self.lens[first:end]
-        done = np.cumsum(work[::-1])
-        back = int(np.searchsorted(done, target, side="left"))
-        if back >= done.size:
-            return None
-        start = end - 1 - back
-        return _Placement(start, end, units[start - first :].astype(np.int64), cap)
+    def _fill(
+        self, job: _Job, i: int, first: int, end: int, target: float, hint: int
+    ) -> _Placement | None:
+        """Backward fill under cap ``units[i]``: per slot the best level within cap and free."""
+        cap, lo = int(job.sp.units[i]), max(first, end - hint)
+        units, rates = job.sp.units, job.sp.rates
+        while True:  # a window near the deadline first, widened only when needed
+            idx = units.searchsorted(np.minimum(self.free[lo:end], cap), "right") - 1
+            done = (rates[idx] * self.lens[lo:end])[::-1].cumsum()
+            back = int(done.searchsorted(target))
+            if back < done.size:
+                start = end - 1 - back
+                return _Placement(start, end, units[idx[start - lo :]], cap)
+            if lo == first:
+                return None
+            hint *= 4
+            lo = max(first, end - hint)
 
 
 @dataclass(frozen=True, slots=True)
 class FillPlan:
-    """A backward-fill plan: the evidence behind a guarantee.
+    """A backward-fill plan, the evidence behind a guarantee.
 
     Attributes:
-        edges: Slot edges (epoch seconds), ``len(free) + 1`` of them.
+        edges: Slot edges (epoch seconds), one more than slots.
         free: Units left free in each slot after every placement.
-        units: Per placed job, the units it gets in each slot (0 outside its block).
+        units: Per job, the units it gets in each slot (running units in the pinned slots).
         shares: Per placed job, its minimal satisfactory share (unit cap).
         failed: Jobs (in deadline order) the fill could not place.
-        pinned_slots: Number of leading slots in which running guaranteed jobs keep their units.
+        pinned_slots: Leading slots in which running guaranteed jobs keep their units.
     """
 
     edges: FloatArray
@@ -402,7 +454,7 @@ def backward_fill(
     """
     _check(capacity, now, slot_s)
     js = [
-        _frontier(c, capacity, i)
+        _job(c, capacity, i)
         for i, c in enumerate(jobs)
         if c.remaining_steps > 0 and math.isfinite(c.deadline)
     ]
@@ -431,48 +483,6 @@ def backward_fill(
 # --------------------------------------------------------------------------- the energy test
 
 
-def _hull(rates: Sequence[float], job_units: Sequence[int]) -> list[tuple[float, float]]:
-    """Lower convex hull of ``(0, 0)`` and the ``(rate, units)`` points, by increasing rate."""
-    hull: list[tuple[float, float]] = [(0.0, 0.0)]
-    for r, n in sorted(zip(rates, job_units, strict=True)):
-        if r <= hull[-1][0]:
-            if r == hull[-1][0] and n < hull[-1][1]:
-                hull[-1] = (r, float(n))
-            continue
-        while len(hull) >= 2:
-            (x1, y1), (x2, y2) = hull[-2], hull[-1]
-            if (y2 - y1) * (r - x1) >= (n - y1) * (x2 - x1):
-                hull.pop()
-            else:
-                break
-        hull.append((r, float(n)))
-    return hull
-
-
-def energy(job_units: Sequence[int], rates: Sequence[float], steps: float, window: float) -> float:
-    """Least unit-seconds to run ``steps`` within ``window`` seconds, mixing levels over time.
-
-    The two-row LP ``min sum(t_n * n) s.t. sum(t_n * rate_n) >= steps, sum(t_n) <= window`` solved
-    on the lower convex hull of ``(0, 0)`` and ``(rate_n, n)``: the optimum uses the whole window at
-    the average rate ``steps / window``.
-
-    Returns:
-        The unit-seconds, ``0`` for no steps, ``inf`` when even the fastest level is too slow.
-    """
-    if steps <= 0.0:
-        return 0.0
-    if window <= 0.0 or not rates:
-        return math.inf
-    x = steps / window
-    hull = _hull(rates, job_units)
-    if x > hull[-1][0] * (1.0 + _EPS):
-        return math.inf
-    for (x1, y1), (x2, y2) in itertools.pairwise(hull):
-        if x <= x2:
-            return window * (y1 + (y2 - y1) * (x - x1) / (x2 - x1))
-    return window * hull[-1][1]
-
-
 class _Energy:
     """Prefix sums of the admitted jobs' least energy, ready to test a newcomer at any deadline."""
 
@@ -487,7 +497,7 @@ class _Energy:
         self.tail_min = np.minimum.accumulate(slack[::-1])[::-1] if slack.size else slack
 
     def _of(self, job: _Job, due: float) -> float:
-        return energy(job.units.tolist(), job.rates.tolist(), job.steps, due - self.now)
+        return _hull_energy(job.sp.hull, job.steps, due - self.now)
 
     def check(self, job: _Job, due: float) -> str | None:
         """``None`` when the newcomer due at ``due`` passes, else why not."""
@@ -558,10 +568,10 @@ def _setup(
     util: float,
 ) -> _Setup:
     others = [c for c in admitted if c.guaranteed and c.name != new.name and c.remaining_steps > 0]
-    jobs = [_frontier(c, capacity, i) for i, c in enumerate(others)]
+    jobs = [_job(c, capacity, i) for i, c in enumerate(others)]
     healthy = [j for j in jobs if j.alone_s <= j.due - now]
     at_risk = tuple(j.name for j in jobs if j.alone_s > j.due - now)
-    fresh = _frontier(new, capacity, len(jobs))
+    fresh = _job(new, capacity, len(jobs))
     latest = max([j.due for j in healthy] + [fresh.due, now])
     horizon = latest + 1.01 * min(fresh.alone_s, 1e9) + slot_s
     edges = timeline(now, horizon, slot_s, [j.due for j in healthy] + [fresh.due])
@@ -574,7 +584,7 @@ def _offer(
     s: _Setup, base: Mapping[str, _Placement], base_failed: Sequence[str], margin: float
 ) -> float | None:
     """Earliest slot edge at which the newcomer passes both tests, by binary search."""
-    if base_failed or not s.fresh.rates.size:
+    if base_failed or not s.fresh.top:
         return None
     order = _edf(s.healthy)
     dues = [j.due for j in order]
@@ -643,15 +653,15 @@ def admit(
     s = _setup(new, admitted, capacity, now, slot_s, max_utilisation)
     fresh = s.fresh
     if not math.isfinite(new.deadline):
-        first = int(fresh.units[0]) if fresh.units.size else 0
+        first = int(fresh.sp.units[1]) if fresh.top else 0
         return Verdict("best_effort", first, f"{new.name} has no deadline to guarantee", None)
-    if not fresh.units.size:
+    if not fresh.top:
         return Verdict(
             "rejected", 0, f"no size of {new.name} fits {capacity} units with a known speed", None
         )
     hopeless = now + fresh.alone_s > new.deadline
     why = (
-        f"{new.name} needs {fresh.alone_s / 3600:.2f} h even alone at {int(fresh.units[-1])} "
+        f"{new.name} needs {fresh.alone_s / 3600:.2f} h even alone at {fresh.top} "
         f"units but only {(new.deadline - now) / 3600:.2f} h are left"
         if hopeless
         else s.energy.check(fresh, fresh.due)
@@ -671,7 +681,7 @@ def admit(
                 s.at_risk,
             )
         why = (
-            f"no share of {new.name} up to {int(fresh.units[-1])} units fits before {_iso(fresh.due)}"
+            f"no share of {new.name} up to {fresh.top} units fits before {_iso(fresh.due)}"
             if failed[0] == new.name
             else f"guaranteeing {new.name} would make {failed[0]} miss its deadline"
         )
@@ -680,12 +690,7 @@ def admit(
     reservations = _slot0(s.tl, s.healthy, base)
     offer = _offer(s, base, base_failed, new.margin)
     kind = _kind(new, hopeless, if_not_guaranteed)
-    quick = [
-        n
-        for n, r in zip(fresh.units, fresh.rates, strict=True)
-        if new.remaining_steps / r <= fresh.due - now
-    ]
-    units = 0 if kind == "rejected" else int(quick[0] if quick else fresh.units[-1])
+    units = 0 if kind == "rejected" else fresh.quickest(fresh.due - now)
     tail = f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""
     return Verdict(
         kind,
