@@ -69,6 +69,7 @@ ENV: dict[str, str] = {
     "QOSFLOW_JOB": "job",
     "QOSFLOW_SEGMENT": "segment",
 }
+_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _QTY = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<suffix>[A-Za-z]*)$")
 
 
@@ -178,6 +179,10 @@ def workflow(
         raise SpecError(
             "resources.unit",
             f"{TEMPLATE_NAME} runs one pod of cpu or gpu units (got {request.unit!r})",
+        )
+    if not _LABEL.match(request.job) or len(request.name) > 63:
+        raise SpecError(
+            "job", f"must be an RFC 1123 label of at most 60 characters (got {request.job!r})"
         )
     if request.units < 1 or request.total_steps < 1 or request.checkpoint_every_steps < 1:
         raise SpecError("units", "units, total_steps and checkpoint_every_steps must be >= 1")
