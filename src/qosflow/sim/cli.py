@@ -30,7 +30,15 @@ from qosflow.bound import BoundJob, UpperBound, upper_bound
 from qosflow.errors import SpecError
 from qosflow.predict import Calibration
 from qosflow.sim import metrics as m
-from qosflow.sim.policy import OverheadModel, Placed, Policy, SlotDecision, SlotSnapshot
+from qosflow.sim.policy import (
+    NoOverhead,
+    OverheadModel,
+    Placed,
+    Policy,
+    RescaleOverhead,
+    SlotDecision,
+    SlotSnapshot,
+)
 from qosflow.sim.report import PolicyRun, write_all
 from qosflow.sim.workload import SeedWorkload, generate, seed_table
 from qosflow.trace import ClusterShape, ThroughputTable, TraceJob, load_throughputs, load_trace
@@ -40,7 +48,7 @@ DEFAULT_POLICIES = "k8s-default,edf-elastic,xing19,elasticflow,qosflow"
 REGISTRY: dict[str, tuple[str, str]] = {
     "k8s-default": ("k8s_default", "K8sDefaultPolicy"),
     "edf-elastic": ("edf_elastic", "EdfElasticPolicy"),
-    "elasticflow": ("elasticflow", "ElasticFlowPolicy"),
+    "elasticflow": ("elasticflow", "ElasticFlow"),
     "xing19": ("xing19", "Xing19Policy"),
     "qosflow": ("qosflow_policy", "QosflowPolicy"),
 }
@@ -92,23 +100,55 @@ def bound_jobs(w: Workload) -> list[BoundJob]:
     return out
 
 
-def make_policy(name: str, *, speeds: str) -> Policy:
-    """Instantiate a policy by name; learned speeds give ours the default conformal inflation."""
+def make_policy(name: str, *, speeds: str, table: ThroughputTable, slot: int) -> Policy:
+    """Instantiate a policy by name.
+
+    ``elasticflow`` gets the trace's table (its per-model caps) and the slot (its overhead's
+    restart period). Ours (``qosflow``, ``xing19``) are charged ElasticFlow's overhead model, the
+    same environment as the ``elasticflow`` row; with learned speeds they plan on conservative
+    speeds (the core's default conformal inflation).
+    """
     if name not in REGISTRY:
         raise SpecError("--policies", f"unknown policy {name!r} (one of {', '.join(REGISTRY)})")
     module, cls = REGISTRY[name]
     factory = getattr(importlib.import_module(f"qosflow.sim.policies.{module}"), cls)
-    if name in OWN_CALIBRATED and speeds == "learned":
-        return factory(calibration=Calibration())  # type: ignore[no-any-return]
+    if name == "elasticflow":
+        return factory(table=table, slot=slot)  # type: ignore[no-any-return]
+    if name in OWN_CALIBRATED:
+        from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
+
+        calibration = Calibration() if speeds == "learned" else None
+        return factory(  # type: ignore[no-any-return]
+            calibration=calibration, overhead=ElasticFlowOverhead(slot)
+        )
     return factory()  # type: ignore[no-any-return]
+
+
+def overhead_model(kind: str, slot: int) -> OverheadModel | None:
+    """The overhead model every policy of a run is charged (``policy``: each its own)."""
+    if kind == "policy":
+        return None
+    if kind == "elasticflow":
+        from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
+
+        return ElasticFlowOverhead(slot)
+    if kind == "none":
+        return NoOverhead()
+    if kind.startswith("rescale"):
+        seconds = kind.partition(":")[2] or "30"
+        return RescaleOverhead(int(seconds))
+    raise SpecError(
+        "--overhead", f"must be policy, elasticflow, none or rescale[:S] (got {kind!r})"
+    )
 
 
 class _Metered:
     """Wraps a policy and its overhead model to measure CPU time and lost unit-seconds."""
 
-    def __init__(self, inner: Policy) -> None:
+    def __init__(self, inner: Policy, overhead: OverheadModel | None) -> None:
         self.inner = inner
         self.name = inner.name
+        self.model = overhead if overhead is not None else inner.overhead
         self.overhead: OverheadModel = self
         self.cpu_s = 0.0
         self.lost_unit_s = 0.0
@@ -120,13 +160,13 @@ class _Metered:
         return out
 
     def charge(self, placed: tuple[Placed, ...], *, decision: int, capacity: int) -> dict[str, int]:
-        charges = self.inner.overhead.charge(placed, decision=decision, capacity=capacity)
+        charges = self.model.charge(placed, decision=decision, capacity=capacity)
         units = {p.job_id: p.units for p in placed}
         self.lost_unit_s += sum(s * units.get(j, 0) for j, s in charges.items())
         return charges
 
     def reset(self) -> None:
-        reset = getattr(self.inner.overhead, "reset", None)
+        reset = getattr(self.model, "reset", None)
         if callable(reset):
             reset()
 
@@ -141,12 +181,14 @@ def run_policy(
     sigma: float,
     bound: int | None,
     timing: bool,
+    overhead: str = "policy",
 ) -> PolicyRun:
     """Simulate one policy on a workload and compute its metrics."""
     from qosflow.sim.engine import SimConfig, simulate
     from qosflow.sim.truth import Noise
 
-    metered = _Metered(make_policy(name, speeds=speeds))
+    policy = make_policy(name, speeds=speeds, table=w.table, slot=slot)
+    metered = _Metered(policy, overhead_model(overhead, slot))
     config = SimConfig(
         capacity=w.shape.total,
         node_size=w.shape.gpus_per_node,
@@ -230,6 +272,8 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     if not args.no_bound:
         with console.status("computing the upper bound"):
             ub = _bound_of(w, args.bound_time_limit, None if len(w.jobs) > 400 else 1800.0)
+    overhead = args.overhead or ("rescale:30" if args.trace.startswith("seed") else "policy")
+    overhead_model(overhead, args.slot)  # validate before the first run
     runs = []
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("simulating", total=len(names))
@@ -245,6 +289,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
                     sigma=args.noise_sigma,
                     bound=ub.value if ub else None,
                     timing=not args.no_timing,
+                    overhead=overhead,
                 )
             )
             progress.advance(task)
@@ -310,6 +355,12 @@ def add_subcommands(sub: Any) -> None:
     sim.add_argument("--speeds", choices=("oracle", "learned"), default="oracle")
     sim.add_argument("--noise-sigma", type=float, default=0.0, help="lognormal step-time noise")
     sim.add_argument("--out", default="sim-out", help="output folder")
+    sim.add_argument(
+        "--overhead",
+        default=None,
+        help="overhead charged to every policy: policy (each its own; default for traces), "
+        "elasticflow, none, rescale[:SECONDS] (default rescale:30 for the seed workload)",
+    )
     sim.add_argument("--no-bound", action="store_true", help="skip the upper bound")
     sim.add_argument("--bound-time-limit", type=float, default=30.0)
     sim.add_argument(

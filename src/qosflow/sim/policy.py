@@ -108,7 +108,9 @@ class SlotDecision:
         allocation: Units per job from now on; jobs left out hold 0 units.
         rejected: Jobs refused now; they leave and count as deadline misses.
         admitted: Jobs guaranteed now (counted for guarantee violations).
-        wake_at: When the policy wants its next decision even without an event.
+        wake_at: When the policy wants its next decision (kept only if earlier than every pending
+            event, as ElasticFlow adds its next scale point).
+        planned_finish: The policy's planned completion per job (ElasticFlow's accounting).
         reasons: Optional reason per job, in words (kept in the run log).
     """
 
@@ -116,6 +118,7 @@ class SlotDecision:
     rejected: tuple[str, ...] = ()
     admitted: tuple[str, ...] = ()
     wake_at: int | None = None
+    planned_finish: Mapping[str, float] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -128,12 +131,14 @@ class Placed:
         units: Units it holds after the decision.
         previous_units: Units it held before the decision.
         nodes: Node indices it was placed on (one per node, ascending).
+        first_rank: Global index of its first unit (node * node_size + offset).
     """
 
     job_id: str
     units: int
     previous_units: int
     nodes: tuple[int, ...]
+    first_rank: int
 
 
 @runtime_checkable

@@ -1,0 +1,341 @@
+"""ElasticFlow's planner: minimum satisfactory share with backward filling (``ALGORITHM.md`` §5.1).
+
+The free-GPU profile ``F`` is a step function kept as two sorted parallel lists (change times and
+free GPUs from each time on). :func:`plan` reserves one job into ``F`` and returns its plan; with
+``assign`` it is the trial of the leftover allocator (§5.3): run at ``assign`` GPUs from now until
+done or the next change point of ``F``, then re-plan the rest. Every rounding and boundary follows
+the artifact (deadline aligned up to the slot grid, the last segment ending at the true deadline,
+``real_end = start + ceil(remaining / T)``), including its quirks, so the numbers reproduce.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import pairwise
+
+Profile = tuple[list[int], list[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class JobCurve:
+    """What the planner needs of one job: its levels (ascending, capped) and speeds."""
+
+    levels: tuple[int, ...]
+    speed: Mapping[int, float]
+    cap: int
+
+    def below(self, free: int) -> int:
+        """Largest level <= ``free`` (0 if none)."""
+        best = 0
+        for k in self.levels:
+            if k > free:
+                break
+            best = k
+        return best
+
+    def above(self, units: int) -> int:
+        """Next level above ``units`` (``units`` itself at the top; the first level from 0)."""
+        for k in self.levels:
+            if k > units:
+                return k
+        return units
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A job's plan: ``allocations`` as sorted (time, GPUs) change points, merged."""
+
+    ok: bool
+    profile: Profile
+    allocations: tuple[tuple[int, int], ...]
+    end: int
+    real_end: int
+
+
+def align(start: int, t: float, slot: int) -> int:
+    """``t`` rounded up to the slot grid that starts at ``start``."""
+    n = (t - start) // slot
+    if (t - start) % slot > 0:
+        n += 1
+    return int(start + n * slot)
+
+
+def value_at(profile: Profile, t: int, default: int) -> int:
+    """Free GPUs at time ``t`` (the value of the last change point <= t)."""
+    keys, vals = profile
+    i = bisect_right(keys, t) - 1
+    return vals[i] if i >= 0 else default
+
+
+def merge(keys: list[int], vals: list[int]) -> Profile:
+    """Drop change points that repeat the previous value."""
+    out_k: list[int] = []
+    out_v: list[int] = []
+    last = -1
+    for k, v in zip(keys, vals, strict=True):
+        if v != last:
+            out_k.append(k)
+            out_v.append(v)
+            last = v
+    return out_k, out_v
+
+
+def set_point(keys: list[int], vals: list[int], t: int, v: int) -> int:
+    """Set ``F[t] = v`` (inserting the change point); return its index."""
+    i = bisect_left(keys, t)
+    if i < len(keys) and keys[i] == t:
+        vals[i] = v
+    else:
+        keys.insert(i, t)
+        vals.insert(i, v)
+    return i
+
+
+def gpu_seconds(allocations: tuple[tuple[int, int], ...], end: int) -> float:
+    """GPU-seconds of a plan until ``end`` (the artifact's ``get_allocation_time``)."""
+    total = 0.0
+    for (t, k), (t2, _) in pairwise(allocations):
+        total += k * (t2 - t)
+    if allocations:
+        t, k = allocations[-1]
+        total += k * (end - t)
+    return total
+
+
+def _finalise(allocs: dict[int, int]) -> tuple[tuple[int, int], ...]:
+    keys = sorted(allocs)
+    mk, mv = merge(keys, [allocs[k] for k in keys])
+    return tuple(zip(mk, mv, strict=True))
+
+
+class _Planner:
+    """One call of the planner (the artifact's ``ef_sim_allocation``), on copies of ``F``."""
+
+    def __init__(
+        self, job: JobCurve, ddl: float, left: float, profile: Profile, now: int, slot: int, n: int
+    ) -> None:
+        self.job, self.ddl, self.left, self.now, self.slot, self.n = job, ddl, left, now, slot, n
+        self.orig_keys, self.orig_vals = profile
+        self.orig_set = set(self.orig_keys)
+        self.keys, self.vals = list(profile[0]), list(profile[1])
+        self.aligned = align(now, ddl, slot)
+        self.last_event_gpu = n
+        if self.aligned >= now and self.aligned not in self.orig_set:
+            i = bisect_left(self.keys, self.aligned)
+            if i > 0:
+                self.last_event_gpu = self.vals[i - 1]
+            set_point(self.keys, self.vals, self.aligned, self.last_event_gpu)
+        self.allocs: dict[int, int] = {now: 0}
+
+    def T(self, k: int) -> float:
+        return self.job.speed[k]
+
+    def result(self, ok: bool, end: int, real_end: int) -> Plan:
+        return Plan(ok, merge(self.keys, self.vals), _finalise(self.allocs), end, real_end)
+
+    def restore_after(self, end: int) -> None:
+        """Give the capacity back from ``end`` on (original free value of the last point < end)."""
+        last = self.n
+        for t, v in zip(self.orig_keys, self.orig_vals, strict=True):
+            if t < self.now:
+                continue
+            if t < end:
+                last = v
+        if end not in self.orig_set:
+            set_point(self.keys, self.vals, end, last)
+
+    def assign(self, quota: int) -> Plan | None:
+        """Trial: ``quota`` GPUs from now; ``None`` when the rest needs the general planner."""
+        now = self.now
+        available = self.vals[bisect_left(self.keys, now)]
+        later = [t for t in self.orig_keys if t > now]
+        fut = later[0] if later else self.aligned
+        self.allocs = {now: quota}
+        real_end = math.ceil(now + self.left / self.T(quota))
+        end = align(now, real_end, self.slot)
+        if fut >= end and self.ddl >= real_end:
+            last = self.n
+            for t in self.orig_keys:
+                if now <= t < end:
+                    i = bisect_left(self.keys, t)
+                    last = self.vals[i]
+                    self.vals[i] -= quota
+            if now != end:
+                self.vals[bisect_left(self.keys, now)] = available - quota
+            if end not in self.orig_set:
+                set_point(self.keys, self.vals, end, last)
+            return self.result(True, end, real_end)
+        duration = (self.ddl - now) if fut == self.aligned else (fut - now)
+        self.left -= duration * self.T(quota)
+        self.vals[bisect_left(self.keys, now)] -= quota
+        self.allocs[fut] = 0
+        return None
+
+    def mss(self, start: int, assigned: int | None = None) -> Plan:
+        """Minimum satisfactory share from ``start`` (backward test, forward reservation)."""
+        job, keys, vals, aligned = self.job, self.keys, self.vals, self.aligned
+        quota, last_q, last_last = job.above(0), 0, 0
+        while quota <= self.n and quota <= job.cap:
+            for t in keys:
+                if t < aligned and t not in self.allocs:
+                    self.allocs[t] = 0
+            period_end, acc = aligned, 0.0
+            for i in range(len(keys) - 1, -1, -1):
+                p = keys[i]
+                if p >= aligned:
+                    continue
+                if p < start:
+                    break
+                alloc = quota if vals[i] >= quota else min(quota, job.below(vals[i]))
+                if alloc == 0:
+                    period_end = p
+                    continue
+                duration = (self.ddl - p) if period_end == aligned else (period_end - p)
+                acc += duration * self.T(alloc)
+                if acc >= self.left:
+                    return self.forward(start, p, quota, last_q)
+                period_end = p
+            last_last, last_q = last_q, quota
+            quota = job.above(quota)
+            if quota == last_q:
+                break
+        return self.fail(start, last_q, last_last, assigned)
+
+    def forward(self, start: int, point: int, quota: int, last_q: int) -> Plan:
+        """Reserve forwards: ``last_q`` before ``point``, ``quota`` from it, until done."""
+        keys, vals, job = self.keys, self.vals, self.job
+        left, last_i, last_a = self.left, -1, 0
+        for i, t in enumerate(keys):
+            if t > self.aligned:
+                break
+            if t < start:
+                continue
+            if last_i >= 0:
+                lt = keys[last_i]
+                self.allocs[lt] = last_a
+                vals[last_i] -= last_a
+                if last_a != 0:
+                    duration = (self.ddl - lt) if t == self.aligned else (t - lt)
+                    its = duration * self.T(last_a)
+                    if lt < point or its < left:
+                        left -= its
+                    else:
+                        rtl = math.ceil(left / self.T(last_a))
+                        end, real_end = lt + align(0, rtl, self.slot), lt + rtl
+                        self.restore_after(end)
+                        return self.result(real_end <= self.ddl, end, real_end)
+            last_i = i
+            last_a = min(quota if t >= point else last_q, job.below(vals[i]))
+        lt = keys[last_i]
+        self.allocs[lt] = last_a
+        vals[last_i] -= last_a
+        rtl = math.ceil(left / self.T(last_a)) if last_a else 10**12
+        end, real_end = lt + align(0, rtl, self.slot), lt + rtl
+        self.restore_after(end)
+        return self.result(real_end <= self.ddl, end, real_end)
+
+    def fail(self, start: int, last_q: int, last_last: int, assigned: int | None) -> Plan:
+        """No level meets the deadline: run on what is left, then at the cap after the profile."""
+        keys, vals, job = self.keys, self.vals, self.job
+        last_i, last_a = -1, 0
+        for i, t in enumerate(keys):
+            if t > self.aligned:
+                break
+            if t < start:
+                continue
+            if last_i >= 0:
+                lt = keys[last_i]
+                self.allocs[lt] = last_a
+                vals[last_i] -= last_a
+                if last_a != 0:
+                    duration = (self.ddl - lt) if t == self.aligned else (t - lt)
+                    self.left -= duration * self.T(last_a)
+            last_i = i
+            last_a = min(last_q, job.below(vals[i]))
+        return self.after_deadline(start, assigned)
+
+    def _finish_after(self, lt: int, q: int) -> Plan:
+        """The job completes at ``q`` GPUs in the segment starting at ``lt`` (after the deadline)."""
+        keys, vals = self.keys, self.vals
+        real_end = math.ceil(lt + self.left / self.T(q))
+        end = align(self.now, real_end, self.slot)
+        last = self.last_event_gpu
+        for j, t1 in enumerate(list(keys)):
+            if t1 < self.aligned:
+                continue
+            if t1 < end and t1 in self.orig_set:
+                last = self.orig_vals[self.orig_keys.index(t1)]
+            if lt <= t1 < end:
+                vals[j] -= q
+        if lt != end:
+            set_point(keys, vals, lt, last - q)
+        if end not in self.orig_set:
+            set_point(keys, vals, end, last)
+        return self.result(real_end <= self.ddl, end, real_end)
+
+    def after_deadline(self, start: int, assigned: int | None) -> Plan:
+        """Plan the rest past the deadline: what is free, then the cap after the last point."""
+        keys, vals, job = self.keys, self.vals, self.job
+        lt = max(self.aligned, start)
+        for t in list(keys):
+            if t <= self.aligned:
+                continue
+            q = min(job.below(value_at((keys, vals), lt, self.n)), job.cap)
+            self.allocs[lt] = q
+            if q == 0:
+                lt = t
+                continue
+            its = (t - lt) * self.T(q)
+            if its >= self.left:
+                return self._finish_after(lt, q)
+            self.left -= its
+            for t1 in self.orig_keys:
+                if t1 < lt:
+                    self.last_event_gpu = vals[bisect_left(keys, t1)]
+            for j, t1 in enumerate(keys):
+                if lt <= t1 < t:
+                    vals[j] -= q
+            lt = t
+        q = min(self.n, job.cap) if assigned is None else assigned
+        self.allocs[lt] = q
+        real_end = math.ceil(lt + self.left / self.T(q))
+        end = align(self.now, real_end, self.slot)
+        set_point(keys, vals, lt, self.n - q)
+        set_point(keys, vals, end, self.n)
+        return self.result(False, end, real_end)
+
+
+def plan(
+    job: JobCurve,
+    *,
+    ddl: float,
+    left: float,
+    profile: Profile,
+    now: int,
+    slot: int,
+    capacity: int,
+    assign: int | None = None,
+) -> Plan:
+    """Plan one job into ``profile`` (returned in the ``Plan``; the input is not modified).
+
+    Args:
+        job: Levels, speeds and cap of the job.
+        ddl: Absolute deadline (a large number for best effort).
+        left: Remaining iterations.
+        profile: Free-GPU profile starting at ``now``.
+        now: Current time.
+        slot: Scheduling slot.
+        capacity: GPUs in the cluster.
+        assign: Trial size for the leftover allocator, or ``None`` for the MSS plan.
+    """
+    planner = _Planner(job, ddl, left, profile, now, slot, capacity)
+    if assign is None:
+        return planner.mss(now)
+    done = planner.assign(assign)
+    if done is not None:
+        return done
+    later = [t for t in profile[0] if t > now]
+    return planner.mss(later[0] if later else planner.aligned, assigned=assign)

@@ -1,0 +1,144 @@
+"""Truth: how fast each simulated job really runs, kept apart from what policies believe.
+
+The true speed of a job on ``k`` units is the trace's throughput table (iterations per second,
+ElasticFlow's profiles). An optional :class:`Noise` model perturbs each interval between two
+decisions: the step time is multiplied by a lognormal factor (median 1, shape ``sigma``) and,
+with probability ``slow_prob``, by ``slow_factor`` as well (a slow phase: a noisy neighbour, a
+straggler, a throttled link). Noise is drawn from the run's seeded ``numpy.random.Generator`` only,
+so a run is reproducible.
+
+Belief is separate: :class:`OracleBelief` shows policies the true table (as ElasticFlow assumes);
+:class:`LearnedBelief` shows them only a speed model fitted by the core (``qosflow.speed.fit``) on
+the progress samples the simulator observed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from qosflow.errors import SpecError
+from qosflow.trace import ThroughputTable, TraceJob
+
+
+@dataclass(frozen=True, slots=True)
+class Noise:
+    """Noise of the true step time per interval.
+
+    Attributes:
+        sigma: Lognormal shape of the step-time factor (0 = no noise).
+        slow_prob: Probability that an interval is a slow phase.
+        slow_factor: Step-time multiplier during a slow phase (>= 1).
+    """
+
+    sigma: float = 0.0
+    slow_prob: float = 0.0
+    slow_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Validate the parameters."""
+        if self.sigma < 0 or not 0 <= self.slow_prob <= 1 or self.slow_factor < 1:
+            raise SpecError("noise", "need sigma >= 0, 0 <= slow_prob <= 1, slow_factor >= 1")
+
+    @property
+    def active(self) -> bool:
+        """True when the model perturbs anything."""
+        return self.sigma > 0 or (self.slow_prob > 0 and self.slow_factor > 1)
+
+    def factor(self, rng: np.random.Generator) -> float:
+        """Draw one speed factor (the inverse of the step-time factor)."""
+        if not self.active:
+            return 1.0
+        step = float(rng.lognormal(0.0, self.sigma)) if self.sigma > 0 else 1.0
+        if self.slow_prob > 0 and rng.random() < self.slow_prob:
+            step *= self.slow_factor
+        return 1.0 / step
+
+
+@dataclass(frozen=True, slots=True)
+class Truth:
+    """True speeds of every job of a run.
+
+    Attributes:
+        table: The throughput table of the trace's GPU type.
+        noise: The noise model.
+    """
+
+    table: ThroughputTable
+    noise: Noise = field(default_factory=Noise)
+
+    def curve(self, job: TraceJob) -> Mapping[int, float]:
+        """True iterations per second by allowed unit count of one job."""
+        return self.table.curve(job.model, job.batch_size)
+
+    def speed(self, job: TraceJob, units: int) -> float:
+        """True iterations per second at ``units`` (0 when not running or not allowed)."""
+        return self.curve(job).get(units, 0.0) if units > 0 else 0.0
+
+    def max_units(self, job: TraceJob) -> int:
+        """The generic cap of a job (largest allowed count, <= 64 and <= batch size)."""
+        return self.table.generic_cap(job.model, job.batch_size)
+
+
+class Belief:
+    """What policies are told about speeds (the base shows nothing; see the subclasses)."""
+
+    def speeds(
+        self, job: TraceJob, samples: Sequence[tuple[float, float, int]]
+    ) -> Mapping[int, float]:
+        """Believed iterations/s by unit count, given the job's observed (time, done, units)."""
+        raise NotImplementedError
+
+
+class OracleBelief(Belief):
+    """Policies see the true tables (ElasticFlow's assumption)."""
+
+    def __init__(self, truth: Truth) -> None:
+        """Wrap the truth."""
+        self._truth = truth
+
+    def speeds(
+        self, job: TraceJob, samples: Sequence[tuple[float, float, int]]
+    ) -> Mapping[int, float]:
+        """The true table."""
+        return self._truth.curve(job)
+
+
+class LearnedBelief(Belief):
+    """Policies see speeds fitted by the core from the observed progress of each job.
+
+    Before a job has run, the belief is the job's own request: the table value at ``num_gpu``
+    (what a user could measure once) extrapolated with the core's pessimistic prior shape.
+    """
+
+    def __init__(self, truth: Truth, *, node_size: int) -> None:
+        """Wrap the truth (used only for the levels that exist and the single known point)."""
+        self._truth = truth
+        self._node_size = node_size
+        self._cache: dict[tuple[str, int], Mapping[int, float]] = {}
+
+    def speeds(
+        self, job: TraceJob, samples: Sequence[tuple[float, float, int]]
+    ) -> Mapping[int, float]:
+        """Fit ``qosflow.speed`` on the samples and tabulate it on the allowed levels."""
+        from qosflow import speed as core_speed  # the core; imported lazily (written separately)
+
+        key = (job.job_id, len(samples))
+        if key in self._cache:
+            return self._cache[key]
+        levels = sorted(self._truth.curve(job))
+        progress = [core_speed.ProgressSample(t, int(d), u) for t, d, u in samples]
+        known = self._truth.speed(job, job.num_gpu) or self._truth.curve(job)[levels[0]]
+        prior = core_speed.pessimistic_prior(
+            self._node_size, step_time=1.0 / known, units=job.num_gpu
+        )
+        result = core_speed.fit(progress, node_size=self._node_size, prior=prior)
+        model = result.model if result.success else prior
+        table = {k: 1.0 / model.step_time(k) for k in levels if math.isfinite(model.step_time(k))}
+        out = MappingProxyType({k: v for k, v in table.items() if v > 0})
+        self._cache = {key: out}
+        return out
