@@ -1,0 +1,210 @@
+"""Issue 5 acceptance in one run: every figure as a ``key: value`` line.
+
+Sections (each measured side by side in this run, nothing copied from a previous run except the
+reference numbers of ElasticFlow's own simulator, read from ``REFERENCE.md``'s CSV):
+
+1. fidelity — delegated to ``bench/sim_fidelity.py`` (the simulator helper's script), relayed;
+2. qosflow (oracle) vs ElasticFlow's reference ratio on every REFERENCE.md setting;
+3. the upper bound on 195job / 128 A100 and qosflow's fraction of it;
+4. learned speeds (noise sigma 5 %) vs oracle on 195job, guarantee violations in both modes;
+5. the seed paper's CPU setting, sufficient and insufficient regimes (regime named by the bound):
+   qosflow and xing19 vs k8s-default, qosflow's allocated-CPU utilisation;
+6. cluster04 (15,802 jobs, 1,024 GPUs) with qosflow: wall time and peak memory (own process).
+
+``--quick`` skips the two large traces (cluster01, cluster04).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from qosflow.bound import upper_bound
+from qosflow.sim.cli import Workload, bound_jobs, load_workload, run_policy
+from qosflow.trace import elasticflow_dir
+
+HERE = Path(__file__).resolve().parent
+MS = "microsoft-elasticflow-traces/data/elasticflow-traces"
+# (key, trace path, cluster, gpu type, slot) — the settings of REFERENCE.md
+SETTINGS = (
+    ("195job", f"{MS}/195job.csv", "16x8", "A100", 240),
+    ("cluster10", f"{MS}/cluster10.csv", "32x8", "A100", 60),
+    (
+        "elasticVpollux_e",
+        "pkusys-ElasticFlow/ElasticFlow/traces_for_ElasticFlow/elasticVpollux_e.csv",
+        "16x4",
+        "T4",
+        60,
+    ),
+    ("100jobs", "generated/100jobs_1500lam.csv", "16x8", "A100", 240),
+    ("cluster01", f"{MS}/cluster01.csv", "64x8", "A100", 60),
+)
+LARGE = {"cluster01"}
+SEED_SETTINGS = (("insufficient", 48.0), ("sufficient", 8.0))
+SEED_JOBS = 120
+
+
+def say(key: str, value: object) -> None:
+    """Print one ``key: value`` line, flushed (the bench's only output format)."""
+    print(f"{key}: {value}", flush=True)
+
+
+def reference() -> dict[str, tuple[int, int, float, float]]:
+    """ElasticFlow's own simulator (REFERENCE.md): trace -> (accepted, total, ratio, wall s)."""
+    path = elasticflow_dir() / "reference_results" / "artifact_ddl_ratio.csv"
+    out = {}
+    with path.open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row["policy_flag"] == "ef-accessctrl":
+                total = int(row["accepted"]) + int(row["declined"])
+                out[row["trace"]] = (
+                    int(row["accepted"]),
+                    total,
+                    float(row["ddl_satis_ratio"]),
+                    float(row["wall_s_2core"]),
+                )
+    return out
+
+
+def fidelity() -> None:
+    """Relay the simulator helper's fidelity script, if it is there."""
+    script = HERE / "sim_fidelity.py"
+    if not script.exists():
+        say("fidelity", "bench/sim_fidelity.py not found")
+        return
+    proc = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=False
+    )
+    for line in proc.stdout.splitlines():
+        if ":" in line:
+            print(line, flush=True)
+    say("fidelity_exit_code", proc.returncode)
+
+
+def _run(w: Workload, policy: str, slot: int, **kw: object) -> tuple[int, int, float, int, float]:
+    start = time.perf_counter()
+    run = run_policy(
+        w,
+        policy,
+        slot=slot,
+        speeds=str(kw.get("speeds", "oracle")),
+        seed=1,
+        sigma=float(kw.get("sigma", 0.0)),  # type: ignore[arg-type]
+        bound=None,
+        timing=True,
+    )
+    m = run.metrics
+    return m.met, m.deadline_jobs, m.ratio, m.guarantee_violations, time.perf_counter() - start
+
+
+def versus_reference(quick: bool) -> None:
+    """Section 2: qosflow (oracle) against ElasticFlow's reference on every setting."""
+    ref = reference()
+    for key, trace, cluster, gpu, slot in SETTINGS:
+        if quick and key in LARGE:
+            continue
+        w = load_workload(str(elasticflow_dir() / trace), cluster, gpu, 1)
+        met, total, ratio, viol, wall = _run(w, "qosflow", slot)
+        acc, _, ef_ratio, ef_wall = ref[trace]
+        say(f"{key}.qosflow_oracle_met", f"{met}/{total}")
+        say(f"{key}.qosflow_oracle_ratio", f"{ratio:.3f}")
+        say(f"{key}.elasticflow_reference_ratio", f"{ef_ratio:.3f}")
+        say(f"{key}.qosflow_vs_elasticflow_reference", f"{met / acc:.3f}x")
+        say(f"{key}.qosflow_guarantee_violations", viol)
+        say(f"{key}.qosflow_wall_s", f"{wall:.1f}")
+        if key == "cluster01":
+            _, _, e_ratio, _, e_wall = _run(w, "elasticflow", slot)
+            say("cluster01.elasticflow_ours_ratio", f"{e_ratio:.3f}")
+            say("cluster01.elasticflow_ours_wall_s", f"{e_wall:.1f}")
+            say("cluster01.elasticflow_reference_wall_s", f"{ef_wall:.0f}")
+            say("cluster01.elasticflow_speedup", f"{ef_wall / e_wall:.1f}x")
+
+
+def bound_195() -> None:
+    """Sections 3 and 4: the bound, fraction of it, learned vs oracle on 195job."""
+    w = load_workload(str(elasticflow_dir() / f"{MS}/195job.csv"), "16x8", "A100", 1)
+    start = time.perf_counter()
+    ub = upper_bound(bound_jobs(w), w.shape.total, slot=1800.0, time_limit=60.0)
+    say("195job.bound_s", f"{time.perf_counter() - start:.1f}")
+    for b in ub.bounds:
+        say(f"195job.bound_{b.method}", f"{b.value} ({b.detail})")
+    say("195job.feasible_in_isolation", ub.feasible_in_isolation)
+    say("195job.upper_bound", ub.value)
+    oracle = _run(w, "qosflow", 240)
+    learned = _run(w, "qosflow", 240, speeds="learned", sigma=0.05)
+    say("195job.qosflow_fraction_of_bound", f"{oracle[0] / ub.value:.3f}")
+    say("195job.qosflow_learned_ratio", f"{learned[2]:.3f}")
+    say("195job.qosflow_learned_minus_oracle", f"{learned[2] - oracle[2]:+.3f}")
+    say("195job.qosflow_violations_oracle", oracle[3])
+    say("195job.qosflow_violations_learned", learned[3])
+
+
+def seed_paper() -> None:
+    """Section 5: the seed paper's CPU setting in both regimes."""
+    for regime, rate in SEED_SETTINGS:
+        w = load_workload(f"seed:rate_per_hour={rate},jobs={SEED_JOBS}", "4x16", "A100", 1)
+        ub = upper_bound(bound_jobs(w), w.shape.total, slot=600.0, time_limit=60.0)
+        named = "sufficient" if ub.sufficient else "insufficient"
+        say(f"seed.{regime}.rate_per_hour", rate)
+        say(f"seed.{regime}.bound_regime", f"{named} (bound {ub.value}/{ub.deadline_jobs})")
+        met = {}
+        for policy in ("k8s-default", "xing19", "qosflow"):
+            run = run_policy(
+                w, policy, slot=60, speeds="oracle", seed=1, sigma=0.0, bound=ub.value, timing=True
+            )
+            met[policy] = run.metrics.met
+            say(f"seed.{regime}.{policy}_ratio", f"{run.metrics.ratio:.3f}")
+            if policy == "qosflow":
+                say(f"seed.{regime}.qosflow_utilisation", f"{run.metrics.utilisation:.3f}")
+                say(f"seed.{regime}.qosflow_violations", run.metrics.guarantee_violations)
+        base = max(met["k8s-default"], 1)
+        say(f"seed.{regime}.qosflow_vs_k8s_default", f"{met['qosflow'] / base:.2f}x")
+        say(f"seed.{regime}.xing19_vs_k8s_default", f"{met['xing19'] / base:.2f}x")
+
+
+def cluster04() -> None:
+    """Section 6: cluster04 with qosflow in its own process (so peak memory is its own)."""
+    code = (
+        "import resource, time\n"
+        "from qosflow.sim.cli import load_workload, run_policy\n"
+        "from qosflow.trace import elasticflow_dir\n"
+        f"w = load_workload(str(elasticflow_dir() / '{MS}/cluster04.csv'), '128x8', 'A100', 1)\n"
+        "t = time.perf_counter()\n"
+        "r = run_policy(w, 'qosflow', slot=60, speeds='oracle', seed=1, sigma=0.0, bound=None,"
+        " timing=True)\n"
+        "print('cluster04.qosflow_ratio:', f'{r.metrics.ratio:.3f}')\n"
+        "print('cluster04.qosflow_wall_s:', f'{time.perf_counter() - t:.1f}')\n"
+        "print('cluster04.peak_rss_mb:', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, env=os.environ
+    )
+    sys.stdout.write(proc.stdout)
+    if proc.returncode:
+        say("cluster04.error", proc.stderr.strip().splitlines()[-1:])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="skip cluster01 and cluster04")
+    args = parser.parse_args()
+    start = time.perf_counter()
+    fidelity()
+    versus_reference(args.quick)
+    bound_195()
+    seed_paper()
+    if not args.quick:
+        cluster04()
+    say("bench_wall_s", f"{time.perf_counter() - start:.0f}")
+    say("bench_peak_rss_mb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
