@@ -1,0 +1,232 @@
+"""``LocalCluster``: the embedded Argo Server + Kubernetes API on loopback, in-process.
+
+Usage (tests, other helpers, the daemon behind ``qosflow local up``)::
+
+    with LocalCluster(cpus=2, state_dir=tmp_path) as cluster:
+        requests.get(cluster.argo_url + "/api/v1/version",
+                     headers={"Authorization": f"Bearer {cluster.token}"})
+
+With the default wall clock a background thread ticks the controller every ``progress_tick_s``
+seconds (and at once after every write). With a :class:`~qosflow.local.clock.VirtualClock`, no
+thread runs: every ``clock.advance(s)`` runs exactly one tick, for deterministic tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from qosflow.errors import ClusterError
+from qosflow.local.argo_api import ArgoApi
+from qosflow.local.clock import Clock, VirtualClock, WallClock
+from qosflow.local.controller import Controller
+from qosflow.local.faults import FaultPlan
+from qosflow.local.kube_api import KubeApi
+from qosflow.local.node import Node
+from qosflow.local.runner import ProcessRunner, Runner
+from qosflow.local.server import Listener
+from qosflow.local.store import Obj, Store, snapshot
+
+
+def _total_memory() -> int:
+    """Physical memory of this machine in bytes."""
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+class LocalCluster:
+    """An emulated Argo Server + Kubernetes API running pods as local processes.
+
+    Args:
+        cpus: Allocatable CPUs of the one node (may exceed the host's; cores are then shared).
+        state_dir: Where state, pod directories and logs live (a temporary directory when None).
+        token: Bearer token both APIs accept.
+        port: Argo Server port (Kubernetes API on ``port + 1``); 0 picks free ports.
+        clock: Time source; a ``VirtualClock`` makes ticks explicit.
+        runner: How containers run (real processes by default; ``ScriptedRunner`` in tests).
+        progress_tick_s: Controller period with the wall clock.
+        faults: Fault-injection plan for both listeners.
+        grace_s: Default ``terminationGracePeriodSeconds`` of pods.
+        memory: Allocatable memory in bytes (this machine's by default).
+        namespace: The namespace qosflow uses.
+    """
+
+    def __init__(
+        self,
+        cpus: int = 2,
+        state_dir: Path | str | None = None,
+        token: str = "local-token",
+        port: int = 0,
+        clock: Clock | None = None,
+        runner: Runner | None = None,
+        progress_tick_s: float = 1.0,
+        faults: FaultPlan | None = None,
+        *,
+        grace_s: float = 30.0,
+        memory: int | None = None,
+        namespace: str = "qosflow",
+    ) -> None:
+        if cpus < 1:
+            raise ClusterError(f"cpus: must be >= 1 (got {cpus})")
+        self.cpus = cpus
+        self.state_dir = (
+            Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="qosflow-local-"))
+        )
+        self.token = token
+        self.port = port
+        self.clock: Clock = clock or WallClock()
+        self.runner: Runner = runner or ProcessRunner()
+        self.progress_tick_s = progress_tick_s
+        self.faults = faults or FaultPlan()
+        self.namespace = namespace
+        self.store = Store(self.state_dir)
+        host = tuple(sorted(os.sched_getaffinity(0)))
+        self.node = Node(
+            self.store,
+            self.clock,
+            self.runner,
+            cpus=cpus,
+            memory=memory or _total_memory(),
+            host_cpus=host,
+            grace_s=grace_s,
+            argo_priority=self._argo_priority,
+        )
+        self.controller = Controller(self.store, self.clock, self.node)
+        self._argo: Listener | None = None
+        self._kube: Listener | None = None
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._loop: threading.Thread | None = None
+
+    def _argo_priority(self, pod: Obj) -> int:
+        """Argo ``spec.priority`` of a pod's workflow, read live (patches re-order the queue)."""
+        name = pod["metadata"]["labels"].get("workflows.argoproj.io/workflow", "")
+        wf = self.store.get("Workflow", pod["metadata"]["namespace"], name)
+        return int((wf or {}).get("spec", {}).get("priority") or 0)
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def start(self) -> LocalCluster:
+        """Recover the stored state, open both listeners, start ticking."""
+        with self.store.lock:
+            self.node.recover(self.clock.now())
+            kube = KubeApi(self.store, self.clock, self.node, self.wake, self.namespace)
+            argo = ArgoApi(self.store, self.clock, self.controller, self.wake)
+            self.controller.tick(self.clock.now())
+        self.store.save(force=True)
+        self._argo = Listener("argo", argo.routes(), self.store, self.token, self.faults, self.port)
+        self._kube = Listener(
+            "kube",
+            kube.routes(),
+            self.store,
+            self.token,
+            self.faults,
+            self.port + 1 if self.port else 0,
+        )
+        self._argo.start()
+        self._kube.start()
+        if isinstance(self.clock, VirtualClock):
+            self.clock.subscribe(self._on_advance)
+        else:
+            self._loop = threading.Thread(
+                target=self._run, name="qosflow-local-controller", daemon=True
+            )
+            self._loop.start()
+        return self
+
+    def stop(self) -> None:
+        """Close the listeners, stop every container, save the state."""
+        self._stopping.set()
+        self._wake.set()
+        if self._loop is not None:
+            self._loop.join(timeout=10)
+        if isinstance(self.clock, VirtualClock):
+            self.clock.unsubscribe(self._on_advance)
+        for listener in (self._argo, self._kube):
+            if listener is not None:
+                listener.stop()
+        with self.store.lock:
+            self.node.shutdown(self.clock.now())
+            self.controller.tick(self.clock.now())
+        self.store.save(force=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _on_advance(self, now: float) -> None:
+        self.tick()
+
+    def _run(self) -> None:
+        """The controller loop of the wall-clock mode."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(Exception):
+                self.tick()
+            self._wake.wait(self.progress_tick_s)
+            self._wake.clear()
+
+    # -- control API (in-process, never over HTTP) ---------------------------------------------
+    @property
+    def argo_url(self) -> str:
+        """Base URL of the emulated Argo Server."""
+        if self._argo is None:
+            raise ClusterError("the local cluster is not started")
+        return self._argo.url
+
+    @property
+    def kube_url(self) -> str:
+        """Base URL of the emulated Kubernetes API."""
+        if self._kube is None:
+            raise ClusterError("the local cluster is not started")
+        return self._kube.url
+
+    def wake(self) -> None:
+        """Run a tick soon (wall-clock mode); a no-op with a virtual clock."""
+        self._wake.set()
+
+    def tick(self) -> None:
+        """Run one controller tick now and save the state."""
+        with self.store.lock:
+            self.controller.tick(self.clock.now())
+        self.store.save()
+
+    def workflow(self, name: str, namespace: str | None = None) -> Obj | None:
+        """A copy of a stored workflow, or ``None``."""
+        with self.store.lock:
+            wf = self.store.get("Workflow", namespace or self.namespace, name)
+            return snapshot(wf) if wf is not None else None
+
+    def pods(self, workflow: str | None = None) -> list[Obj]:
+        """Copies of the pods (of one workflow, when given)."""
+        with self.store.lock:
+            return [
+                snapshot(p)
+                for p in self.store.items("Pod")
+                if workflow is None
+                or p["metadata"]["labels"].get("workflows.argoproj.io/workflow") == workflow
+            ]
+
+    def wait_until(
+        self, predicate: Callable[[], Any], timeout_s: float = 30.0, poll_s: float = 0.05
+    ) -> Any:
+        """Wall-clock wait for a truthy ``predicate()`` (for real-process tests); raises on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise ClusterError(f"condition not met within {timeout_s} s")
+            time.sleep(poll_s)

@@ -1,0 +1,467 @@
+"""The workflow controller: phases, nodes, pods, progress and shutdown, one tick at a time.
+
+A Workflow goes ``""`` (just created) -> ``Running`` (first tick: its pods are created; they may
+stay Pending on the node) -> ``Succeeded`` / ``Failed``. Group ``k + 1`` of a steps/dag workflow
+starts when every pod of group ``k`` succeeded. ``spec.shutdown`` (stop / terminate) SIGTERMs the
+running pods and fails the queued ones; every node then ends Failed with ``workflow shutdown with
+strategy:  Stop`` and the workflow with ``Stopped with strategy 'Stop'``, as upstream. Progress is
+read from each pod's progress file into ``status.nodes[].progress`` and summed into
+``status.progress`` every tick.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import yaml
+
+from qosflow.local.clock import Clock, parse_rfc3339, rfc3339
+from qosflow.local.node import NODE_NAME, Node
+from qosflow.local.pods import (
+    ANNOTATION_NODE_ID,
+    ANNOTATION_NODE_NAME,
+    LABEL_COMPLETED,
+    LABEL_WORKFLOW,
+    desired_cpu,
+    desired_memory,
+    qos_class,
+)
+from qosflow.local.status import ApiError
+from qosflow.local.store import Obj, Store
+from qosflow.local.workflow import Plan, PodStep, effective_spec, fnv32a, plan
+
+LABEL_PHASE = "workflows.argoproj.io/phase"
+DONE = ("Succeeded", "Failed", "Error")
+SHUTDOWN_NODE = "workflow shutdown with strategy:  {}"
+SHUTDOWN_WORKFLOW = "Stopped with strategy '{}'"
+
+
+def workflow_finished(wf: Obj) -> bool:
+    """Whether a workflow reached a terminal phase."""
+    return (wf.get("status") or {}).get("phase") in DONE
+
+
+class Controller:
+    """Runs workflows on the node (callers hold ``store.lock``)."""
+
+    def __init__(self, store: Store, clock: Clock, node: Node) -> None:
+        self.store = store
+        self.clock = clock
+        self.node = node
+        self._plans: dict[str, Plan] = {}
+
+    # -- the loop ------------------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        """One reconcile: kubelet poll, workflows, scheduling, workflows again."""
+        self.node.poll(now)
+        self._sync_all(now)
+        self.node.schedule(now)
+        self._sync_all(now)
+
+    def _sync_all(self, now: float) -> None:
+        for wf in list(self.store.items("Workflow")):
+            if not workflow_finished(wf):
+                self.sync(wf, now)
+
+    def lookup_template(self, namespace: str) -> Any:
+        """``name -> WorkflowTemplate`` in one namespace."""
+        return lambda name: self.store.get("WorkflowTemplate", namespace, name)
+
+    def plan_of(self, wf: Obj) -> Plan:
+        """The cached plan of a started workflow (rebuilt from the stored spec after a restart)."""
+        uid = wf["metadata"]["uid"]
+        if uid not in self._plans:
+            status = wf.get("status") or {}
+            spec = status.get("storedWorkflowTemplateSpec") or wf["spec"]
+            merged = {**spec, **{k: v for k, v in wf["spec"].items() if k != "workflowTemplateRef"}}
+            self._plans[uid] = plan(wf, merged)
+        return self._plans[uid]
+
+    def sync(self, wf: Obj, now: float) -> None:
+        """Advance one unfinished workflow."""
+        status = wf.setdefault("status", {})
+        if not status.get("phase"):
+            self._start(wf, now)
+            return
+        p = self.plan_of(wf)
+        nodes: dict[str, Obj] = status.setdefault("nodes", {})
+        pods = [s for s in p.steps if s.node_id in nodes]
+        for step in pods:
+            self._sync_node(wf, step, nodes[step.node_id], now)
+        reason = self._shutdown_reason(wf, now)
+        active = [s for s in pods if nodes[s.node_id].get("phase") not in DONE]
+        if reason is not None:
+            self._shut_down(wf, active, reason[0], now)
+            if not [s for s in pods if nodes[s.node_id].get("phase") not in DONE]:
+                for step in pods:
+                    if nodes[step.node_id].get("phase") == "Succeeded" and step in active:
+                        nodes[step.node_id].update(phase="Failed", message=reason[0])
+                self._complete(wf, "Failed", reason[1], now)
+            else:
+                self._aggregate(wf, p, now)
+            return
+        self._advance(wf, p, pods, active, now)
+
+    def _advance(
+        self, wf: Obj, p: Plan, pods: list[PodStep], active: list[PodStep], now: float
+    ) -> None:
+        """Start the next group, or finish the workflow, when the current group is done."""
+        nodes = wf["status"]["nodes"]
+        failed = [s for s in pods if nodes[s.node_id].get("phase") in ("Failed", "Error")]
+        if failed and not active:
+            first = nodes[failed[0].node_id]
+            message = (
+                first.get("message", "")
+                if p.root_type == "Pod"
+                else f"child '{first['id']}' failed"
+            )
+            self._complete(wf, "Failed", message, now)
+            return
+        if not active and not failed:
+            group = (max(s.group for s in pods) + 1) if pods else 0
+            if group >= len(p.groups):
+                self._complete(wf, "Succeeded", "", now)
+                return
+            for step in p.groups[group]:
+                nodes[step.node_id] = self._create_pod(wf, p, step, now)
+        self._aggregate(wf, p, now)
+
+    # -- start / finish ------------------------------------------------------------------------
+    def _start(self, wf: Obj, now: float) -> None:
+        """First tick of a workflow: resolve and plan it, mark it Running, create group 0."""
+        status = wf["status"]
+        meta = wf["metadata"]
+        try:
+            spec = effective_spec(wf, self.lookup_template(meta.get("namespace", "")))
+            p = plan(wf, spec)
+        except ApiError as exc:
+            status.update(phase="Error", startedAt=rfc3339(now), message=exc.message)
+            self._complete(wf, "Error", exc.message, now)
+            return
+        self._plans[meta["uid"]] = p
+        if wf["spec"].get("workflowTemplateRef"):
+            status["storedWorkflowTemplateSpec"] = spec
+        labels = meta.setdefault("labels", {})
+        labels.update({LABEL_PHASE: "Running", LABEL_COMPLETED: "false"})
+        status.update(phase="Running", startedAt=rfc3339(now), finishedAt=None, progress="0/1")
+        status["nodes"] = {}
+        status["conditions"] = [{"type": "PodRunning", "status": "False"}]
+        self.store.touch(wf)
+        self.sync(wf, now)
+
+    def _complete(self, wf: Obj, phase: str, message: str, now: float) -> None:
+        """Terminal phase, labels, conditions and resource usage."""
+        status = wf["status"]
+        nodes = status.get("nodes") or {}
+        if phase == "Succeeded":
+            for node in nodes.values():
+                if node.get("type") == "Pod" and node.get("progress"):
+                    total = node["progress"].split("/")[1]
+                    node["progress"] = f"{total}/{total}"
+        status.update(phase=phase, finishedAt=rfc3339(now))
+        if message:
+            status["message"] = message
+        for node in nodes.values():
+            if node.get("phase") not in DONE and node.get("type") != "Pod":
+                node.update(phase=phase, finishedAt=rfc3339(now))
+        status["conditions"] = [
+            {"type": "PodRunning", "status": "False"},
+            {"type": "Completed", "status": "True"},
+        ]
+        status["resourcesDuration"] = self._usage(wf)
+        wf["metadata"].setdefault("labels", {}).update(
+            {LABEL_PHASE: phase, LABEL_COMPLETED: "true"}
+        )
+        for pod in self._pods_of(wf):
+            pod["metadata"]["labels"][LABEL_COMPLETED] = "true"
+            self.store.touch(pod)
+        self._summarise_progress(status)
+        self.store.touch(wf)
+
+    def _usage(self, wf: Obj) -> dict[str, int]:
+        """``resourcesDuration`` (cpu in core-seconds, memory in 100Mi-seconds), rounded up."""
+        cpu = memory = 0.0
+        for pod in self._pods_of(wf):
+            start = parse_rfc3339(pod["status"].get("startTime"))
+            if start is None:
+                continue
+            seconds = max(0.0, self.clock.now() - start)
+            cpu += seconds * desired_cpu(pod) / 1000
+            memory += seconds * float(desired_memory(pod)) / (100 * 2**20)
+        return {"cpu": math.ceil(cpu), "memory": math.ceil(memory)}
+
+    def _pods_of(self, wf: Obj) -> list[Obj]:
+        name = wf["metadata"]["name"]
+        ns = wf["metadata"].get("namespace", "")
+        return [
+            p
+            for p in self.store.items("Pod", ns)
+            if p["metadata"]["labels"].get(LABEL_WORKFLOW) == name
+        ]
+
+    # -- pods and nodes ------------------------------------------------------------------------
+    def _create_pod(self, wf: Obj, p: Plan, step: PodStep, now: float) -> Obj:
+        """Create the pod of a step (admission included); returns its Argo node."""
+        wf_name = wf["metadata"]["name"]
+        node: Obj = {
+            "id": step.node_id,
+            "name": step.node_name,
+            "displayName": step.display_name,
+            "type": "Pod",
+            "templateName": step.template,
+            "templateScope": f"local/{wf_name}",
+            "phase": "Pending",
+            "startedAt": rfc3339(now),
+            "finishedAt": None,
+            "progress": "0/1",
+        }
+        if step.node_name != wf_name:
+            node["boundaryID"] = wf_name
+        try:
+            pod = self._pod_object(wf, p, step, now)
+        except ApiError as exc:
+            node.update(phase="Error", message=exc.message, finishedAt=rfc3339(now))
+            return node
+        self.store.put(pod)
+        return node
+
+    def _priority(self, class_name: str, pod: str) -> tuple[int, str]:
+        """Priority admission: ``(value, preemptionPolicy)`` of the class (403 when unknown)."""
+        if class_name:
+            klass = self.store.get("PriorityClass", "", class_name)
+            if klass is None:
+                raise ApiError(
+                    403,
+                    f'pods "{pod}" is forbidden: no PriorityClass with name {class_name} was found',
+                )
+        else:
+            klass = next(
+                (c for c in self.store.items("PriorityClass") if c.get("globalDefault")), None
+            )
+        if klass is None:
+            return 0, "PreemptLowerPriority"
+        return int(klass["value"]), str(klass.get("preemptionPolicy", "PreemptLowerPriority"))
+
+    def _pod_object(self, wf: Obj, p: Plan, step: PodStep, now: float) -> Obj:
+        """The Pod document Argo's controller would create for ``step``."""
+        meta = wf["metadata"]
+        template = next(t for t in p.spec.get("templates") or [] if t.get("name") == step.template)
+        class_name = str(
+            template.get("priorityClassName") or p.spec.get("podPriorityClassName") or ""
+        )
+        priority, preemption = self._priority(class_name, step.pod)
+        container = {k: v for k, v in step.container.items() if v is not None}
+        container["name"] = "main"
+        for index, policy in enumerate(container.get("resizePolicy") or []):
+            if policy.get("restartPolicy", "NotRequired") != "NotRequired":
+                raise ApiError(
+                    422,
+                    f'Pod "{step.pod}" is invalid: spec.containers[0].resizePolicy[{index}].restartPolicy: '
+                    f'Unsupported value: "{policy.get("restartPolicy")}": supported values: "NotRequired"',
+                )
+        labels = {
+            k: v
+            for k, v in (meta.get("labels") or {}).items()
+            if not k.startswith("workflows.argoproj.io/")
+        }
+        labels.update(step.metadata.get("labels") or {})
+        labels.update({LABEL_WORKFLOW: meta["name"], LABEL_COMPLETED: "false"})
+        annotations = dict(step.metadata.get("annotations") or {})
+        annotations.update({ANNOTATION_NODE_ID: step.node_id, ANNOTATION_NODE_NAME: step.node_name})
+        spec: Obj = {
+            "containers": [container],
+            "restartPolicy": "Never",
+            "priority": priority,
+            "preemptionPolicy": preemption,
+            "schedulerName": "default-scheduler",
+            "terminationGracePeriodSeconds": self._grace(p.spec, template),
+        }
+        if class_name:
+            spec["priorityClassName"] = class_name
+        if p.spec.get("serviceAccountName"):
+            spec["serviceAccountName"] = p.spec["serviceAccountName"]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": step.pod,
+                "namespace": meta.get("namespace", ""),
+                "generation": 1,
+                "creationTimestamp": rfc3339(now),
+                "labels": labels,
+                "annotations": annotations,
+                "ownerReferences": [
+                    {
+                        "apiVersion": "argoproj.io/v1alpha1",
+                        "kind": "Workflow",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": spec,
+            "status": {"phase": "Pending", "qosClass": qos_class([container])},
+        }
+
+    def _grace(self, spec: Obj, template: Obj) -> int:
+        """``terminationGracePeriodSeconds`` from a podSpecPatch, else the cluster default."""
+        for patch in (template.get("podSpecPatch"), spec.get("podSpecPatch")):
+            if patch:
+                doc = yaml.safe_load(patch) if isinstance(patch, str) else patch
+                if isinstance(doc, dict) and "terminationGracePeriodSeconds" in doc:
+                    return int(doc["terminationGracePeriodSeconds"])
+        return math.ceil(self.node.grace_s)
+
+    def _sync_node(self, wf: Obj, step: PodStep, node: Obj, now: float) -> None:
+        """Copy the pod's state into its Argo node."""
+        if node.get("phase") in DONE:
+            return
+        pod = self.store.get("Pod", wf["metadata"].get("namespace", ""), step.pod)
+        if pod is None:
+            node.update(phase="Error", message="pod deleted", finishedAt=rfc3339(now))
+            return
+        pstatus = pod["status"]
+        phase = pstatus.get("phase")
+        progress = self.node.progress_of(pod)
+        if progress is not None:
+            node["progress"] = progress
+        if phase == "Pending":
+            scheduled = next(
+                (c for c in pstatus.get("conditions") or [] if c["type"] == "PodScheduled"), None
+            )
+            if scheduled and scheduled.get("status") == "False":
+                node["message"] = f"{scheduled.get('reason')}: {scheduled.get('message')}"
+            return
+        node["hostNodeName"] = NODE_NAME
+        node.pop("message", None)
+        if phase == "Running":
+            node["phase"] = "Running"
+            return
+        node["finishedAt"] = rfc3339(now)
+        if phase == "Succeeded":
+            node["phase"] = "Succeeded"
+            return
+        cstatus = (pstatus.get("containerStatuses") or [{}])[0]
+        terminated = cstatus.get("state", {}).get("terminated") or {}
+        code = terminated.get("exitCode")
+        node["phase"] = "Failed"
+        node["message"] = (
+            terminated.get("message") or pstatus.get("message") or f"Error (exit code {code})"
+        )
+
+    # -- shutdown ------------------------------------------------------------------------------
+    def _shutdown_reason(self, wf: Obj, now: float) -> tuple[str, str] | None:
+        """(node message, workflow message) when the workflow must end now, else ``None``."""
+        strategy = wf["spec"].get("shutdown")
+        if strategy:
+            return SHUTDOWN_NODE.format(strategy), SHUTDOWN_WORKFLOW.format(strategy)
+        p = self._plans.get(wf["metadata"]["uid"])
+        deadline = wf["spec"].get("activeDeadlineSeconds") or (
+            p.spec.get("activeDeadlineSeconds") if p else None
+        )
+        started = parse_rfc3339((wf.get("status") or {}).get("startedAt"))
+        if deadline and started is not None and now >= started + float(deadline):
+            return (
+                "Pod was active on the node longer than the specified deadline",
+                "Step exceeded its deadline",
+            )
+        return None
+
+    def _shut_down(self, wf: Obj, active: list[PodStep], message: str, now: float) -> None:
+        """Fail queued pods at once; SIGTERM running ones (SIGKILL after their grace period)."""
+        ns = wf["metadata"].get("namespace", "")
+        nodes = wf["status"]["nodes"]
+        for step in active:
+            pod = self.store.get("Pod", ns, step.pod)
+            if pod is None or pod["status"].get("phase") != "Running":
+                if pod is not None:
+                    self.node.fail_unstarted(pod, now, message)
+                nodes[step.node_id].update(phase="Failed", message=message, finishedAt=rfc3339(now))
+            else:
+                self.node.terminate(pod, now)
+        for step in active:
+            node = nodes[step.node_id]
+            if node.get("phase") in DONE:
+                node["message"] = message
+                if node["phase"] == "Succeeded":
+                    node["phase"] = "Failed"
+        self.store.touch(wf)
+
+    # -- aggregates ----------------------------------------------------------------------------
+    def _aggregate(self, wf: Obj, p: Plan, now: float) -> None:
+        """Root/group nodes, ``status.progress`` and the ``PodRunning`` condition."""
+        status = wf["status"]
+        nodes: dict[str, Obj] = status["nodes"]
+        name = wf["metadata"]["name"]
+        pods = [s for s in p.steps if s.node_id in nodes]
+        if p.root_type != "Pod":
+            self._group_nodes(wf, p, pods, now)
+        running = any(nodes[s.node_id].get("phase") == "Running" for s in pods)
+        status["conditions"] = [{"type": "PodRunning", "status": "True" if running else "False"}]
+        self._summarise_progress(status)
+        if name in nodes and p.root_type != "Pod":
+            nodes[name]["progress"] = status["progress"]
+        self.store.touch(wf)
+
+    def _group_nodes(self, wf: Obj, p: Plan, pods: list[PodStep], now: float) -> None:
+        """The Steps/DAG root node and StepGroup nodes."""
+        name = wf["metadata"]["name"]
+        nodes: dict[str, Obj] = wf["status"]["nodes"]
+        started = wf["status"].get("startedAt")
+        root = nodes.setdefault(
+            name,
+            {
+                "id": name,
+                "name": name,
+                "displayName": name,
+                "type": p.root_type,
+                "templateName": p.entrypoint,
+                "templateScope": f"local/{name}",
+                "phase": "Running",
+                "startedAt": started,
+                "finishedAt": None,
+            },
+        )
+        if p.root_type == "DAG":
+            root["children"] = [s.node_id for s in pods if s.group == 0]
+            return
+        children = []
+        for index in sorted({s.group for s in pods}):
+            group_name = f"{name}[{index}]"
+            gid = f"{name}-{fnv32a(group_name)}"
+            members = [s for s in pods if s.group == index]
+            phases = {nodes[s.node_id].get("phase") for s in members}
+            phase = (
+                "Running"
+                if phases - set(DONE)
+                else ("Failed" if phases - {"Succeeded"} else "Succeeded")
+            )
+            nodes[gid] = {
+                "id": gid,
+                "name": group_name,
+                "displayName": f"[{index}]",
+                "type": "StepGroup",
+                "templateScope": f"local/{name}",
+                "boundaryID": name,
+                "phase": phase,
+                "startedAt": nodes.get(gid, {}).get("startedAt", rfc3339(now)),
+                "finishedAt": None
+                if phase == "Running"
+                else nodes.get(gid, {}).get("finishedAt") or rfc3339(now),
+                "children": [s.node_id for s in members],
+            }
+            children.append(gid)
+        root["children"] = children[:1]
+
+    @staticmethod
+    def _summarise_progress(status: Obj) -> None:
+        """``status.progress`` = sum of the pod nodes' ``N/M``."""
+        done = total = 0
+        for node in (status.get("nodes") or {}).values():
+            if node.get("type") == "Pod" and node.get("progress"):
+                n, m = node["progress"].split("/")
+                done, total = done + int(n), total + int(m)
+        status["progress"] = f"{done}/{total}" if total else "0/1"

@@ -1,0 +1,415 @@
+"""The one node of the local cluster: scheduler and kubelet in one.
+
+* **Scheduling.** Pending pods are considered in priority order (pod priority from its
+  PriorityClass, then the workflow's Argo ``spec.priority``, then creation order); each one that
+  fits the free CPU and memory is bound, given distinct cores when possible, and started through
+  the runner. Pods that do not fit stay Pending with an ``Unschedulable`` condition.
+* **Kubelet.** Every tick it polls the containers (exit codes, the progress file), finishes
+  in-place resizes (``PodResizePending`` Deferred / Infeasible, ``PodResizeInProgress``), and
+  SIGKILLs pods whose grace period after SIGTERM is over.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from qosflow.local.clock import Clock, rfc3339
+from qosflow.local.pods import (
+    LABEL_WORKFLOW,
+    allocated_cpu,
+    condition,
+    desired_cpu,
+    desired_memory,
+    drop_condition,
+    effective_requests,
+    format_cpu,
+    main_container,
+    pod_key,
+    set_condition,
+)
+from qosflow.local.runner import PodLaunch, PodProcess, Runner, kill_orphan
+from qosflow.local.store import Obj, Store
+
+NODE_NAME = "qosflow-local"
+ACTIVE = ("Pending", "Running")
+
+
+class Node:
+    """Scheduler + kubelet over the shared store (callers hold ``store.lock``).
+
+    Args:
+        store: The object store.
+        clock: Time source.
+        runner: Starts containers.
+        cpus: Allocatable CPUs of the node.
+        memory: Allocatable memory in bytes.
+        host_cpus: Host CPU ids virtual core ``i`` maps to (``i % len``).
+        grace_s: Default termination grace period.
+        argo_priority: ``pod -> spec.priority`` of its workflow (live, for the queue order).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        clock: Clock,
+        runner: Runner,
+        *,
+        cpus: int,
+        memory: int,
+        host_cpus: tuple[int, ...],
+        grace_s: float,
+        argo_priority: Callable[[Obj], int],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.runner = runner
+        self.cpus = cpus
+        self.memory = memory
+        self.host_cpus = host_cpus
+        self.grace_s = grace_s
+        self.argo_priority = argo_priority
+        self.procs: dict[str, PodProcess] = {}
+
+    # -- accounting ----------------------------------------------------------------------------
+    def running_pods(self) -> list[Obj]:
+        """Pods bound to the node and not finished."""
+        return [p for p in self.store.items("Pod") if p["status"].get("phase") == "Running"]
+
+    def used_cpu(self, *, exclude: Obj | None = None, kubelet: bool = False) -> int:
+        """Millicores taken by running pods (scheduler: max of desired and allocated)."""
+        total = 0
+        for pod in self.running_pods():
+            if pod is not exclude:
+                alloc = allocated_cpu(pod)
+                total += alloc if kubelet else max(alloc, desired_cpu(pod))
+        return total
+
+    def used_memory(self) -> Decimal:
+        """Bytes requested by running pods."""
+        return sum((desired_memory(p) for p in self.running_pods()), Decimal(0))
+
+    def _cores_in_use(self, exclude: str = "") -> dict[int, int]:
+        """Virtual core -> number of running pods pinned to it."""
+        counts = dict.fromkeys(range(self.cpus), 0)
+        for key, record in self.store.runtime.items():
+            if key != exclude and record.get("cores") is not None and key in self.procs:
+                for core in record["cores"]:
+                    counts[core] = counts.get(core, 0) + 1
+        return counts
+
+    def pick_cores(self, milli: int, current: list[int], exclude: str = "") -> list[int]:
+        """Virtual cores for ``milli`` millicores: keep ``current`` ones, add the least shared."""
+        want = self.cpus if milli <= 0 else max(1, min(self.cpus, math.ceil(milli / 1000)))
+        if len(current) >= want:
+            return sorted(current[:want])
+        counts = self._cores_in_use(exclude)
+        spare = sorted((c for c in counts if c not in current), key=lambda c: (counts[c], c))
+        return sorted(current + spare[: want - len(current)])
+
+    def host_cores(self, cores: list[int]) -> tuple[int, ...]:
+        """Host CPU ids of virtual cores."""
+        return tuple(sorted({self.host_cpus[c % len(self.host_cpus)] for c in cores}))
+
+    # -- scheduling ----------------------------------------------------------------------------
+    def queue(self) -> list[Obj]:
+        """Pending, unbound pods in admission order."""
+        pending = [
+            p
+            for p in self.store.items("Pod")
+            if p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName")
+        ]
+        return sorted(
+            pending,
+            key=lambda p: (
+                -int(p["spec"].get("priority", 0)),
+                -self.argo_priority(p),
+                self.store.creation_seq(p),
+            ),
+        )
+
+    def schedule(self, now: float) -> None:
+        """Bind and start every queued pod that fits, in priority order."""
+        for pod in self.queue():
+            cpu, memory = desired_cpu(pod), desired_memory(pod)
+            free_cpu = self.cpus * 1000 - self.used_cpu()
+            free_memory = self.memory - self.used_memory()
+            short = [
+                n
+                for n, ok in (("cpu", cpu <= free_cpu), ("memory", memory <= free_memory))
+                if not ok
+            ]
+            if short:
+                reasons = ", ".join(f"1 Insufficient {n}" for n in short)
+                set_condition(
+                    pod,
+                    "PodScheduled",
+                    "False",
+                    rfc3339(now) or "",
+                    reason="Unschedulable",
+                    message=f"0/1 nodes are available: {reasons}. preemption: 0/1 nodes are "
+                    "available: 1 No preemption victims found for incoming pod.",
+                )
+                self.store.touch(pod)
+                continue
+            self.start(pod, now)
+
+    def start(self, pod: Obj, now: float) -> None:
+        """Bind ``pod`` to the node and start its ``main`` container."""
+        key = pod_key(pod)
+        cpu = desired_cpu(pod)
+        cores = self.pick_cores(cpu, [], exclude=key)
+        container = main_container(pod)
+        workdir = (
+            self.store.state_dir / "pods" / pod["metadata"]["namespace"] / pod["metadata"]["name"]
+        )
+        workdir.mkdir(parents=True, exist_ok=True)
+        progress = workdir / "progress"
+        progress.unlink(missing_ok=True)
+        launch = PodLaunch(
+            pod=pod["metadata"]["name"],
+            namespace=pod["metadata"]["namespace"],
+            workflow=pod["metadata"]["labels"].get(LABEL_WORKFLOW, ""),
+            node_id=pod["metadata"].get("annotations", {}).get("workflows.argoproj.io/node-id", ""),
+            argv=tuple(
+                str(a) for a in (container.get("command") or []) + (container.get("args") or [])
+            ),
+            env={str(e["name"]): str(e.get("value", "")) for e in container.get("env") or []},
+            cores=self.host_cores(cores),
+            cpus=cpu / 1000,
+            workdir=workdir,
+            progress_file=progress,
+        )
+        stamp = rfc3339(now)
+        pod["spec"]["nodeName"] = NODE_NAME
+        status = pod["status"]
+        set_condition(pod, "PodScheduled", "True", stamp or "")
+        status.update({"hostIP": "127.0.0.1", "podIP": "127.0.0.1", "startTime": stamp})
+        resources = container.get("resources") or {}
+        try:
+            process = self.runner.launch(launch, now)
+        except OSError as exc:
+            self._finish(pod, now, 128, f"failed to start container: {exc}")
+            return
+        self.procs[key] = process
+        self.store.runtime[key] = {
+            "pid": process.pid,
+            "start_ticks": process.start_ticks,
+            "cores": cores,
+            "progress_file": str(progress),
+            "term_at": None,
+        }
+        status["phase"] = "Running"
+        for ctype in ("Initialized", "ContainersReady", "Ready"):
+            set_condition(pod, ctype, "True", stamp or "")
+        status["containerStatuses"] = [
+            {
+                "name": container.get("name", "main"),
+                "image": container.get("image", ""),
+                "imageID": "",
+                "containerID": f"local://{process.pid or key}",
+                "ready": True,
+                "started": True,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": stamp}},
+                "allocatedResources": dict(effective_requests(resources)),
+                "resources": {k: dict(v) for k, v in resources.items()},
+            }
+        ]
+        status["observedGeneration"] = pod["metadata"].get("generation", 1)
+        self.store.touch(pod)
+
+    # -- kubelet -------------------------------------------------------------------------------
+    def progress_of(self, pod: Obj) -> str | None:
+        """The last non-empty line of the pod's progress file, when valid ``N/M``."""
+        record = self.store.runtime.get(pod_key(pod)) or {}
+        path = record.get("progress_file")
+        if not path:
+            return None
+        try:
+            lines = Path(path).read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return None
+        last = next((line.strip() for line in reversed(lines) if line.strip()), "")
+        parts = last.split("/")
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            return None
+        done, total = int(parts[0]), int(parts[1])
+        return f"{done}/{total}" if 0 <= done <= total and total > 0 else None
+
+    def poll(self, now: float) -> None:
+        """Container exits, grace-period kills and resizes (in the kubelet's retry order)."""
+        for pod in self.resize_order():
+            key = pod_key(pod)
+            process = self.procs.get(key)
+            if process is None:
+                continue
+            record = self.store.runtime[key]
+            term_at = record.get("term_at")
+            grace = float(pod["spec"].get("terminationGracePeriodSeconds", self.grace_s))
+            if term_at is not None and now >= term_at + grace:
+                process.kill()
+            code = process.poll(now)
+            if code is not None:
+                self._finish(pod, now, code, "")
+                continue
+            self._resize(pod, now)
+
+    def terminate(self, pod: Obj, now: float) -> None:
+        """SIGTERM a running pod once (SIGKILL follows after its grace period)."""
+        key = pod_key(pod)
+        record = self.store.runtime.get(key)
+        process = self.procs.get(key)
+        if record is None or process is None or record.get("term_at") is not None:
+            return
+        record["term_at"] = now
+        self.store.mark_dirty()
+        process.terminate()
+        if float(pod["spec"].get("terminationGracePeriodSeconds", self.grace_s)) <= 0:
+            process.kill()
+
+    def _finish(self, pod: Obj, now: float, code: int, message: str) -> None:
+        """Record a container exit on the pod."""
+        key = pod_key(pod)
+        self.procs.pop(key, None)
+        stamp = rfc3339(now)
+        status = pod["status"]
+        status["phase"] = "Succeeded" if code == 0 else "Failed"
+        reason = "Completed" if code == 0 else "Error"
+        terminated: dict[str, Any] = {
+            "exitCode": code,
+            "reason": reason,
+            "startedAt": status.get("startTime"),
+            "finishedAt": stamp,
+        }
+        if message:
+            terminated["message"] = message
+        for cstatus in status.get("containerStatuses") or []:
+            cstatus.update({"ready": False, "started": False, "state": {"terminated": terminated}})
+        for ctype in ("ContainersReady", "Ready"):
+            set_condition(pod, ctype, "False", stamp or "", reason="PodCompleted")
+        drop_condition(pod, "PodResizePending")
+        drop_condition(pod, "PodResizeInProgress")
+        record = self.store.runtime.get(key)
+        if record is not None:
+            record["exit_code"] = code
+        self.store.touch(pod)
+
+    def fail_unstarted(self, pod: Obj, now: float, message: str) -> None:
+        """Fail a pod that never started (shutdown of a queued pod, or a restart)."""
+        pod["status"]["phase"] = "Failed"
+        pod["status"]["message"] = message
+        self.store.touch(pod)
+
+    def delete(self, pod: Obj) -> None:
+        """Kill a pod's container at once (the pod object is removed by the caller)."""
+        process = self.procs.pop(pod_key(pod), None)
+        if process is not None:
+            process.kill()
+            process.poll(self.clock.now())
+        self.store.runtime.pop(pod_key(pod), None)
+
+    def recover(self, now: float) -> None:
+        """After a restart: pods that were running belong to a dead server; fail them."""
+        for pod in self.running_pods():
+            record = self.store.runtime.get(pod_key(pod)) or {}
+            pid = record.get("pid")
+            if pid is not None:
+                kill_orphan(int(pid), record.get("start_ticks"))
+            self._finish(
+                pod,
+                now,
+                137,
+                f"the local cluster restarted while this pod was running (pid {pid}); "
+                "its container was stopped",
+            )
+
+    def shutdown(self, now: float) -> None:
+        """Stop every container (server shutdown); pods are failed with a message."""
+        for pod in self.running_pods():
+            process = self.procs.get(pod_key(pod))
+            if process is not None:
+                process.kill()
+            self._finish(
+                pod, now, 137, "the local cluster was shut down while this pod was running"
+            )
+
+    # -- in-place resize -----------------------------------------------------------------------
+    def _resize(self, pod: Obj, now: float) -> None:
+        """Kubelet side of an in-place resize (one step per tick)."""
+        stamp = rfc3339(now) or ""
+        status = pod["status"]
+        cstatus = (status.get("containerStatuses") or [None])[0]
+        if cstatus is None:
+            return
+        container = main_container(pod)
+        desired = effective_requests(container.get("resources"))
+        in_progress = condition(pod, "PodResizeInProgress") is not None
+        if in_progress:
+            cstatus["resources"] = {
+                k: dict(v) for k, v in (container.get("resources") or {}).items()
+            }
+            drop_condition(pod, "PodResizeInProgress")
+            status["observedGeneration"] = pod["metadata"].get("generation", 1)
+            self.store.touch(pod)
+            return
+        want, have = desired_cpu(pod), allocated_cpu(pod)
+        if want == have and desired.get("memory") == (cstatus.get("allocatedResources") or {}).get(
+            "memory"
+        ):
+            return
+        free = self.cpus * 1000 - self.used_cpu(exclude=pod, kubelet=True)
+        if want > self.cpus * 1000:
+            self._pending(
+                pod,
+                stamp,
+                "Infeasible",
+                "Node didn't have enough capacity: cpu, "
+                f"requested: {want}, capacity: {self.cpus * 1000}",
+            )
+        elif want > free:
+            self._pending(
+                pod,
+                stamp,
+                "Deferred",
+                "Node didn't have enough resource: cpu, "
+                f"requested: {want}, used: {self.cpus * 1000 - free}, capacity: {self.cpus * 1000}",
+            )
+        else:
+            self._apply_resize(pod, want, desired, stamp)
+
+    def _pending(self, pod: Obj, stamp: str, reason: str, message: str) -> None:
+        """Set ``PodResizePending`` (only writes when something changed)."""
+        current = condition(pod, "PodResizePending")
+        gen = pod["metadata"].get("generation", 1)
+        if current and current.get("reason") == reason and current.get("observedGeneration") == gen:
+            return
+        set_condition(pod, "PodResizePending", "True", stamp, reason=reason, message=message)
+        pod["status"]["observedGeneration"] = gen
+        self.store.touch(pod)
+
+    def _apply_resize(self, pod: Obj, want: int, desired: dict[str, Any], stamp: str) -> None:
+        """Admit a resize: allocate, re-pin the process, mark it in progress."""
+        key = pod_key(pod)
+        record = self.store.runtime[key]
+        cores = self.pick_cores(want, list(record.get("cores") or []), exclude=key)
+        record["cores"] = cores
+        process = self.procs.get(key)
+        if process is not None:
+            process.set_cores(self.host_cores(cores), want / 1000)
+        cstatus = pod["status"]["containerStatuses"][0]
+        cstatus["allocatedResources"] = {**desired, "cpu": format_cpu(want)}
+        drop_condition(pod, "PodResizePending")
+        set_condition(pod, "PodResizeInProgress", "True", stamp)
+        pod["status"]["observedGeneration"] = pod["metadata"].get("generation", 1)
+        self.store.touch(pod)
+
+    def resize_order(self) -> list[Obj]:
+        """Running pods with a resize to try, in the kubelet's retry order (priority, then age)."""
+        return sorted(
+            self.running_pods(),
+            key=lambda p: (-int(p["spec"].get("priority", 0)), self.store.creation_seq(p)),
+        )

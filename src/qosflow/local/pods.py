@@ -1,0 +1,132 @@
+"""Pod documents: resource quantities, QoS class, conditions and container status helpers.
+
+Kept apart from the node logic so the Kubernetes API handlers (resize validation) and the node
+(scheduling, kubelet) read pods the same way.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from qosflow.spec import parse_quantity
+
+Obj = dict[str, Any]
+
+LABEL_WORKFLOW = "workflows.argoproj.io/workflow"
+LABEL_COMPLETED = "workflows.argoproj.io/completed"
+ANNOTATION_NODE_ID = "workflows.argoproj.io/node-id"
+ANNOTATION_NODE_NAME = "workflows.argoproj.io/node-name"
+RESIZABLE = ("cpu", "memory")
+
+
+def quantity(value: Any) -> Decimal:
+    """A Kubernetes quantity (string or number) as a Decimal; ``0`` when absent."""
+    if value is None or value == "":
+        return Decimal(0)
+    return parse_quantity(str(value))
+
+
+def millicores(value: Any) -> int:
+    """CPU quantity in millicores (rounded up, as the API server does)."""
+    return int((quantity(value) * 1000).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def format_cpu(milli: int) -> str:
+    """Millicores as the API server writes them (``2``, ``1500m``)."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def main_container(pod: Obj) -> Obj:
+    """The ``main`` container of a pod (the first container when none is named ``main``)."""
+    containers = pod["spec"]["containers"]
+    return next((c for c in containers if c.get("name") == "main"), containers[0])
+
+
+def effective_requests(resources: Obj | None) -> dict[str, Any]:
+    """Requests, defaulted from limits as the API server does."""
+    resources = resources or {}
+    return {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+
+
+def desired_cpu(pod: Obj) -> int:
+    """Desired CPU (spec) of a pod in millicores, over all containers."""
+    return sum(
+        millicores(effective_requests(c.get("resources")).get("cpu"))
+        for c in pod["spec"]["containers"]
+    )
+
+
+def desired_memory(pod: Obj) -> Decimal:
+    """Desired memory (spec) of a pod in bytes."""
+    return sum(
+        (
+            quantity(effective_requests(c.get("resources")).get("memory"))
+            for c in pod["spec"]["containers"]
+        ),
+        Decimal(0),
+    )
+
+
+def allocated_cpu(pod: Obj) -> int:
+    """CPU the kubelet admitted (``allocatedResources``), or the desired CPU before that."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    if not statuses:
+        return desired_cpu(pod)
+    return sum(millicores((s.get("allocatedResources") or {}).get("cpu")) for s in statuses)
+
+
+def qos_class(containers: list[Obj]) -> str:
+    """Kubernetes QoS class of a pod's containers."""
+    requests_any, guaranteed = False, True
+    for container in containers:
+        resources = container.get("resources") or {}
+        limits = resources.get("limits") or {}
+        requests = effective_requests(resources)
+        requests_any = requests_any or any(quantity(requests.get(r)) > 0 for r in RESIZABLE)
+        requests_any = requests_any or any(quantity(limits.get(r)) > 0 for r in RESIZABLE)
+        for res in RESIZABLE:
+            limit = limits.get(res)
+            if limit is None or quantity(limit) != quantity(requests.get(res)):
+                guaranteed = False
+    if not requests_any:
+        return "BestEffort"
+    return "Guaranteed" if guaranteed else "Burstable"
+
+
+def set_condition(
+    pod: Obj, ctype: str, status: str, now: str, *, reason: str = "", message: str = ""
+) -> None:
+    """Add or update a pod condition (``lastTransitionTime`` moves only when status changes)."""
+    conditions: list[Obj] = pod["status"].setdefault("conditions", [])
+    current = next((c for c in conditions if c["type"] == ctype), None)
+    entry: Obj = {"type": ctype, "status": status, "lastProbeTime": None}
+    if reason:
+        entry["reason"] = reason
+    if message:
+        entry["message"] = message
+    if ctype.startswith("PodResize"):
+        entry["observedGeneration"] = pod["metadata"].get("generation", 1)
+    if current is None:
+        conditions.append({**entry, "lastTransitionTime": now})
+        return
+    changed = current.get("status") != status
+    current.clear()
+    current.update(entry)
+    current["lastTransitionTime"] = now if changed else current.get("lastTransitionTime", now)
+
+
+def drop_condition(pod: Obj, ctype: str) -> None:
+    """Remove a pod condition if present."""
+    conditions = pod["status"].get("conditions") or []
+    pod["status"]["conditions"] = [c for c in conditions if c["type"] != ctype]
+
+
+def condition(pod: Obj, ctype: str) -> Obj | None:
+    """A pod condition by type, or ``None``."""
+    return next((c for c in pod["status"].get("conditions") or [] if c["type"] == ctype), None)
+
+
+def pod_key(pod: Obj) -> str:
+    """``namespace/name`` of a pod (the key of runtime records)."""
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"

@@ -1,0 +1,321 @@
+"""What a Workflow runs: template resolution, parameter substitution, lint, pod and node naming.
+
+Pure functions over workflow documents. A Workflow that carries ``spec.workflowTemplateRef`` is
+merged with the referenced WorkflowTemplate (the workflow's arguments override the template's, by
+name), then ``{{workflow.parameters.X}}``, ``{{inputs.parameters.X}}``, ``{{workflow.name}}``,
+``{{workflow.namespace}}``, ``{{workflow.uid}}`` and ``{{pod.name}}`` are substituted. The result
+is a :class:`Plan`: groups of container steps run one group after the other (a ``steps`` template's
+step groups, a ``dag``'s dependency levels, or the single container of a container entrypoint).
+Names follow Argo's v2 pod naming: node id ``<wf>-<fnv32a(node name)>``, pod ``<wf>-<template>-<same
+hash>``, and the root node is named after the workflow.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from qosflow.local.status import ApiError, not_found
+
+Obj = dict[str, Any]
+TemplateLookup = Callable[[str], Obj | None]
+
+TEMPLATE_TYPES = (
+    "container",
+    "containerSet",
+    "steps",
+    "dag",
+    "script",
+    "resource",
+    "data",
+    "suspend",
+    "http",
+    "plugin",
+)
+_VAR = re.compile(r"\{\{\s*([A-Za-z0-9_.\-]+)\s*\}\}")
+
+
+def fnv32a(text: str) -> int:
+    """The 32-bit FNV-1a hash Argo uses in node ids and pod names."""
+    value = 0x811C9DC5
+    for byte in text.encode("utf-8"):
+        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return value
+
+
+def node_id(workflow: str, node_name: str) -> str:
+    """Argo node id: the workflow name for the root, else ``<wf>-<fnv32a(node name)>``."""
+    return workflow if node_name == workflow else f"{workflow}-{fnv32a(node_name)}"
+
+
+def pod_name(workflow: str, node_name: str, template: str) -> str:
+    """Argo v2 pod name: the workflow name for the root node, else ``<wf>-<template>-<hash>``."""
+    if node_name == workflow:
+        return workflow
+    prefix = f"{workflow}-{template}"[: 253 - 1 - 10]
+    return f"{prefix}-{fnv32a(node_name)}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodStep:
+    """One container step = one pod.
+
+    Attributes:
+        group: Index of the group it runs in.
+        node_name: Argo node name (``wf``, ``wf[0].train`` or ``wf.train``).
+        node_id: Argo node id.
+        display_name: Node display name.
+        template: Template name.
+        pod: Pod name.
+        container: The resolved container (command, args, env, resources...).
+        metadata: The template's ``metadata`` (labels, annotations) after substitution.
+    """
+
+    group: int
+    node_name: str
+    node_id: str
+    display_name: str
+    template: str
+    pod: str
+    container: Obj
+    metadata: Obj
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The pods of a workflow, in run order.
+
+    Attributes:
+        root_type: ``Pod`` (container entrypoint), ``Steps`` or ``DAG``.
+        entrypoint: The entrypoint template name.
+        groups: Groups of steps; a group starts when the previous one succeeded.
+        spec: The effective (merged, substituted) workflow spec.
+    """
+
+    root_type: str
+    entrypoint: str
+    groups: tuple[tuple[PodStep, ...], ...]
+    spec: Obj
+
+    @property
+    def steps(self) -> tuple[PodStep, ...]:
+        """Every pod step, group by group."""
+        return tuple(step for group in self.groups for step in group)
+
+
+def _merge_arguments(base: list[Obj], override: list[Obj]) -> list[Obj]:
+    """Parameters of ``override`` replace those of ``base`` with the same name."""
+    merged = {p["name"]: dict(p) for p in base}
+    for param in override:
+        merged[param["name"]] = {**merged.get(param["name"], {}), **param}
+    return list(merged.values())
+
+
+def effective_spec(workflow: Obj, lookup: TemplateLookup) -> Obj:
+    """The workflow spec merged with its ``workflowTemplateRef`` (404 when the template is missing)."""
+    spec = copy.deepcopy(workflow.get("spec") or {})
+    ref = spec.get("workflowTemplateRef")
+    if not ref:
+        return spec
+    template = lookup(str(ref.get("name", "")))
+    if template is None:
+        raise not_found("workflowtemplates", str(ref.get("name", "")), group="argoproj.io")
+    merged = copy.deepcopy(template.get("spec") or {})
+    own_args = (spec.get("arguments") or {}).get("parameters") or []
+    base_args = (merged.get("arguments") or {}).get("parameters") or []
+    for key, value in spec.items():
+        if key not in ("workflowTemplateRef", "arguments"):
+            merged[key] = value
+    merged["arguments"] = {"parameters": _merge_arguments(base_args, own_args)}
+    return merged
+
+
+def _substitute(value: Any, variables: Mapping[str, str], strict_prefixes: tuple[str, ...]) -> Any:
+    """Replace ``{{var}}`` in every string of ``value``; unknown strict variables are a 400."""
+    if isinstance(value, str):
+
+        def repl(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in variables:
+                return variables[name]
+            if name.startswith(strict_prefixes):
+                raise ApiError(400, f"failed to resolve {{{{{name}}}}}")
+            return match.group(0)
+
+        return _VAR.sub(repl, value)
+    if isinstance(value, list):
+        return [_substitute(v, variables, strict_prefixes) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, variables, strict_prefixes) for k, v in value.items()}
+    return value
+
+
+def _param_values(params: list[Obj], where: str) -> dict[str, str]:
+    """Parameter name -> value (``value``, else ``default``); a missing value is a 400."""
+    values: dict[str, str] = {}
+    for param in params:
+        value = param.get("value", param.get("default"))
+        if value is None:
+            raise ApiError(400, f"{where}.{param.get('name')}.value is required")
+        values[str(param["name"])] = str(value)
+    return values
+
+
+def lint(spec: Obj, *, entrypoint_required: bool = True) -> dict[str, Obj]:
+    """Argo's semantic checks of an effective spec; returns the templates by name.
+
+    Args:
+        spec: A workflow (or workflow template) spec.
+        entrypoint_required: False for WorkflowTemplates, whose entrypoint may come later.
+
+    Raises:
+        ApiError: 400 with Argo's message when the spec is invalid.
+    """
+    templates: dict[str, Obj] = {}
+    for template in spec.get("templates") or []:
+        name = str(template.get("name", ""))
+        if not name:
+            raise ApiError(400, "templates.name is required")
+        if name in templates:
+            raise ApiError(400, f"templates.{name} name is not unique")
+        kinds = [k for k in TEMPLATE_TYPES if template.get(k) is not None]
+        if not kinds:
+            raise ApiError(
+                400,
+                f"templates.{name} template type unspecified. choose one of: "
+                + ", ".join(TEMPLATE_TYPES),
+            )
+        if len(kinds) > 1:
+            raise ApiError(400, f"templates.{name} multiple template types specified")
+        templates[name] = template
+    entry = spec.get("entrypoint")
+    if not entry and entrypoint_required:
+        raise ApiError(400, "spec.entrypoint is required")
+    if entry and entry not in templates:
+        raise ApiError(400, f"spec.entrypoint template name '{entry}' undefined")
+    return templates
+
+
+def _container_step(
+    template: Obj, inputs: Mapping[str, str], base: Mapping[str, str], where: str
+) -> Obj:
+    """A container template with ``{{inputs.parameters.X}}`` resolved."""
+    if template.get("container") is None:
+        raise ApiError(
+            400,
+            f"{where}: the local cluster runs container templates only "
+            f"(template {template.get('name')!r} is not one)",
+        )
+    declared = (template.get("inputs") or {}).get("parameters") or []
+    values = _param_values(
+        _merge_arguments(declared, [{"name": k, "value": v} for k, v in inputs.items()]),
+        f"{where}.inputs.parameters",
+    )
+    variables = {**base, **{f"inputs.parameters.{k}": v for k, v in values.items()}}
+    return dict(_substitute(template, variables, ("inputs.parameters.", "workflow.parameters.")))
+
+
+def _step(
+    wf: str, group: int, node: str, display: str, tmpl: Obj, base: Mapping[str, str]
+) -> PodStep:
+    """Build a :class:`PodStep` (``{{pod.name}}`` resolved last)."""
+    name = str(tmpl["name"])
+    pod = pod_name(wf, node, name)
+    tmpl = _substitute(tmpl, {"pod.name": pod}, ())
+    return PodStep(
+        group=group,
+        node_name=node,
+        node_id=node_id(wf, node),
+        display_name=display,
+        template=name,
+        pod=pod,
+        container=dict(tmpl["container"]),
+        metadata=dict(tmpl.get("metadata") or {}),
+    )
+
+
+def _args_of(item: Obj, base: Mapping[str, str]) -> dict[str, str]:
+    """A step's or task's ``arguments.parameters`` with workflow variables substituted."""
+    params = (item.get("arguments") or {}).get("parameters") or []
+    resolved = _substitute(params, base, ("workflow.parameters.",))
+    return {str(p["name"]): str(p.get("value", "")) for p in resolved}
+
+
+def _dag_levels(tasks: list[Obj]) -> list[list[Obj]]:
+    """Tasks of a DAG grouped by dependency depth (400 on unknown names or cycles)."""
+    by_name = {str(t["name"]): t for t in tasks}
+    depth: dict[str, int] = {}
+
+    def level(name: str, seen: tuple[str, ...]) -> int:
+        if name in seen:
+            raise ApiError(400, f"templates: dependency cycle detected: {' -> '.join(seen)}")
+        if name not in by_name:
+            raise ApiError(400, f"templates: task dependency '{name}' not defined")
+        if name not in depth:
+            deps = by_name[name].get("dependencies") or []
+            depth[name] = 1 + max((level(str(d), (*seen, name)) for d in deps), default=-1)
+        return depth[name]
+
+    levels: list[list[Obj]] = []
+    for task in tasks:
+        index = level(str(task["name"]), ())
+        levels.extend([] for _ in range(index + 1 - len(levels)))
+        levels[index].append(task)
+    return levels
+
+
+def plan(workflow: Obj, spec: Obj) -> Plan:
+    """The pods a workflow runs, from its effective spec (see :func:`effective_spec`)."""
+    templates = lint(spec)
+    meta = workflow["metadata"]
+    wf = str(meta["name"])
+    args = (spec.get("arguments") or {}).get("parameters") or []
+    params = _param_values(args, "spec.arguments")
+    base = {
+        "workflow.name": wf,
+        "workflow.namespace": str(meta.get("namespace", "")),
+        "workflow.uid": str(meta.get("uid", "")),
+        **{f"workflow.parameters.{k}": v for k, v in params.items()},
+    }
+    entry = str(spec["entrypoint"])
+    root = templates[entry]
+    if root.get("container") is not None:
+        tmpl = _container_step(root, params, base, f"templates.{entry}")
+        return Plan("Pod", entry, ((_step(wf, 0, wf, wf, tmpl, base),),), spec)
+    groups: list[tuple[PodStep, ...]] = []
+    if root.get("steps") is not None:
+        for index, group in enumerate(root["steps"]):
+            items = group if isinstance(group, list) else [group]
+            groups.append(
+                tuple(_child(wf, index, f"{wf}[{index}].", i, templates, base) for i in items)
+            )
+        return Plan("Steps", entry, tuple(groups), spec)
+    if root.get("dag") is not None:
+        levels = _dag_levels(list(root["dag"].get("tasks") or []))
+        for index, tasks in enumerate(levels):
+            groups.append(tuple(_child(wf, index, f"{wf}.", t, templates, base) for t in tasks))
+        return Plan("DAG", entry, tuple(groups), spec)
+    raise ApiError(
+        400, f"templates.{entry}: the local cluster runs container, steps and dag entrypoints only"
+    )
+
+
+def _child(
+    wf: str,
+    group: int,
+    prefix: str,
+    item: Obj,
+    templates: Mapping[str, Obj],
+    base: Mapping[str, str],
+) -> PodStep:
+    """The pod step of one ``steps`` item or ``dag`` task."""
+    name = str(item.get("name", ""))
+    target = str(item.get("template", ""))
+    if target not in templates:
+        raise ApiError(400, f"templates.{name}.template '{target}' undefined")
+    where = f"templates.{target}"
+    tmpl = _container_step(templates[target], _args_of(item, base), base, where)
+    return _step(wf, group, f"{prefix}{name}", name, tmpl, base)
