@@ -1,0 +1,230 @@
+"""Simulator tests: golden metrics, ElasticFlow semantics, loaders, engine order, SimCluster."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from qosflow.cluster import Actuator, ClusterView, Phase, ResizeState, SubmitRequest
+from qosflow.errors import ClusterError, TraceError
+from qosflow.sim.cluster import SimCluster, buddy_place
+from qosflow.sim.engine import SimConfig, SimResult, simulate
+from qosflow.sim.policies.edf_elastic import EdfElastic
+from qosflow.sim.policies.elasticflow import ElasticFlow
+from qosflow.sim.policies.k8s_default import K8sDefault
+from qosflow.sim.truth import Noise
+from qosflow.trace import (
+    ClusterShape,
+    elasticflow_dir,
+    load_cluster_spec,
+    load_throughputs,
+    load_trace,
+)
+
+HEADER = "job_id,submit_time,iteration,model_name,ddl,batch_size,num_gpu,duration\n"
+A100 = load_throughputs("A100")
+T8 = A100.curve("resnet50", 256)[8]
+
+
+def _trace(tmp_path: Path, rows: list[str], header: str = HEADER) -> Path:
+    path = tmp_path / "trace.csv"
+    path.write_text(header + "\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def _run(path: Path, policy: object, capacity: int = 8, slot: int = 60, **kw: object) -> SimResult:
+    jobs = load_trace(path, A100)
+    cfg = SimConfig(capacity=capacity, node_size=8, slot=slot, **kw)  # type: ignore[arg-type]
+    return simulate(jobs, A100, policy, cfg)  # type: ignore[arg-type]
+
+
+# golden metrics ------------------------------------------------------------------------------
+
+
+def test_generated_100_jobs_elasticflow_meets_every_deadline_exactly_like_the_artifact() -> None:
+    jobs = load_trace(elasticflow_dir() / "generated/100jobs_1500lam.csv", A100)
+    cfg = SimConfig(capacity=128, node_size=8, slot=240)
+    ef = simulate(jobs, A100, ElasticFlow(A100, slot=240), cfg)
+    edf = simulate(jobs, A100, EdfElastic(), cfg)
+    assert (ef.met, ef.deadline_jobs, ef.ratio, ef.planned_ratio) == (100, 100, 1.0, 1.0)
+    assert edf.met == 92  # the artifact's EDF: 0.92 on this trace
+
+
+def test_tiny_trace_fifo_serialises_and_elasticflow_refuses_the_infeasible_batch(
+    tmp_path: Path,
+) -> None:
+    size = int(600 * T8)  # 600 s on 8 GPUs
+    path = _trace(
+        tmp_path,
+        [f"a,0,{size},resnet50,700,256,8,600", f"b,0,{size},resnet50,1100,256,8,600"],
+    )
+    fifo = _run(path, K8sDefault())
+    a, b = fifo.outcomes
+    assert a.finish == math.ceil(size / T8) and a.met
+    assert b.started == a.finish and b.finish == a.finish + math.ceil(size / T8) and not b.met
+    assert fifo.ratio == 0.5
+    edf = _run(path, EdfElastic())
+    assert [o.finish for o in edf.outcomes] == [o.finish for o in fifo.outcomes]
+    # ElasticFlow admits arrivals of one event all-or-nothing: b cannot fit after a -> both refused.
+    ef = _run(path, ElasticFlow(A100, slot=60))
+    assert [o.rejected for o in ef.outcomes] == [True, True] and ef.ratio == 0.0
+
+
+def test_elasticflow_admits_a_feasible_pair_and_gives_leftover_gpus_away(tmp_path: Path) -> None:
+    size = int(600 * T8)
+    path = _trace(
+        tmp_path,
+        [f"a,0,{size},resnet50,5000,256,8,600", f"b,0,{size},resnet50,5000,256,8,600"],
+    )
+    ef = _run(path, ElasticFlow(A100, slot=60), capacity=16)
+    assert ef.ratio == 1.0 and all(o.admitted and not o.rejected for o in ef.outcomes)
+    assert max(u for _, u in ef.usage) == 16  # leftover GPUs were handed out
+
+
+# engine --------------------------------------------------------------------------------------
+
+
+def test_arrivals_inside_a_slot_are_handled_at_the_slot_boundary(tmp_path: Path) -> None:
+    size = int(3000 * T8)
+    path = _trace(
+        tmp_path,
+        [f"a,0,{size},resnet50,99999,256,8,600", f"b,10,{size},resnet50,99999,256,8,600"],
+    )
+    result = _run(path, K8sDefault(), capacity=16, slot=60)
+    a, b = result.outcomes
+    assert a.started == 0 and b.started == 60
+
+
+def test_same_seed_gives_identical_results_and_noise_changes_them(tmp_path: Path) -> None:
+    rows = [
+        f"j{i},{i * 50},{int((300 + 40 * i) * T8)},resnet50,{900 + 90 * i},256,8,1"
+        for i in range(8)
+    ]
+    path = _trace(tmp_path, rows)
+    noisy = {"noise": Noise(sigma=0.2, slow_prob=0.1, slow_factor=2.0)}
+    one = _run(path, EdfElastic(), seed=7, **noisy)
+    two = _run(path, EdfElastic(), seed=7, **noisy)
+    other = _run(path, EdfElastic(), seed=8, **noisy)
+    assert one == two
+    assert [o.finish for o in one.outcomes] != [o.finish for o in other.outcomes]
+
+
+def test_an_over_allocating_policy_is_refused(tmp_path: Path) -> None:
+    class Greedy:
+        name = "greedy"
+        overhead = EdfElastic().overhead
+
+        def decide(self, snap):  # type: ignore[no-untyped-def]
+            from qosflow.sim.policy import SlotDecision
+
+            return SlotDecision(allocation={j.job_id: 8 for j in snap.jobs})
+
+    path = _trace(tmp_path, ["a,0,100,resnet50,999,256,8,1", "b,0,100,resnet50,999,256,8,1"])
+    with pytest.raises(ClusterError, match="capacity"):
+        _run(path, Greedy())
+
+
+def test_buddy_placement_packs_power_of_two_sizes_without_fragmenting() -> None:
+    spots = buddy_place(
+        [("s1", 1), ("big", 16), ("s4", 4), ("s2", 2), ("s1b", 1)], capacity=32, node_size=8
+    )
+    assert spots["big"] == ((0, 1), 0)
+    assert spots["s4"] == ((2,), 16) and spots["s2"] == ((2,), 20)
+    assert spots["s1"][0] == (2,) and spots["s1b"][0] == (2,)
+    with pytest.raises(ClusterError):
+        buddy_place([("a", 16), ("b", 16), ("c", 8)], capacity=32, node_size=8)
+
+
+# trace loaders ---------------------------------------------------------------------------------
+
+
+def test_both_column_name_variants_load_the_same_job(tmp_path: Path) -> None:
+    ms = "job_id,submission_time,num_iteration,model_name,deadline,batch_size,num_gpu,duration\n"
+    (tmp_path / "ms.csv").write_text(ms + "x,5,100,bert,50,128,2,30\n", encoding="utf-8")
+    (tmp_path / "ef.csv").write_text(HEADER + "x,5,100,bert,50,128,2,30\n", encoding="utf-8")
+    assert load_trace(tmp_path / "ms.csv") == load_trace(tmp_path / "ef.csv")
+
+
+def test_best_effort_jobs_have_no_deadline(tmp_path: Path) -> None:
+    path = tmp_path / "be.csv"
+    path.write_text(HEADER.strip() + ",best_effort\nx,0,10,bert,5,128,1,3,1\n", encoding="utf-8")
+    (job,) = load_trace(path)
+    assert job.best_effort and job.deadline == math.inf
+
+
+@pytest.mark.parametrize(
+    ("row", "column", "rule"),
+    [
+        ("x,0,ten,bert,50,128,1,30", "iteration", "not a number"),
+        ("x,0,10,bert,50,128,0,30", "num_gpu", ">= 1"),
+        ("x,60,10,bert,50,128,1,30", "ddl", "before the submit"),
+        ("x,0,10,bert,50,96,1,30", "model_name", "no A100 throughput for bert/96"),
+        ("x,0,10.5,bert,50,128,1,30", "iteration", "integer"),
+    ],
+)
+def test_bad_rows_name_file_line_and_column(
+    tmp_path: Path, row: str, column: str, rule: str
+) -> None:
+    path = _trace(tmp_path, ["ok,0,10,bert,50,128,1,30", row])
+    with pytest.raises(TraceError, match=rule) as info:
+        load_trace(path, A100)
+    assert (info.value.path, info.value.line, info.value.column) == (str(path), 3, column)
+
+
+def test_missing_column_and_duplicate_ids_are_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,submit_time\nx,0\n", encoding="utf-8")
+    with pytest.raises(TraceError, match="missing column"):
+        load_trace(bad)
+    dup = _trace(tmp_path, ["x,0,10,bert,50,128,1,30", "x,1,10,bert,50,128,1,30"])
+    with pytest.raises(TraceError, match="duplicate"):
+        load_trace(dup)
+
+
+def test_tables_caps_and_cluster_specs() -> None:
+    t4 = load_throughputs("T4")
+    assert 64 not in t4.curve("deepspeech2", 320) and 32 not in t4.curve("yolov3", 64)
+    assert 64 not in A100.curve("deepspeech2", 32)  # empty cell = not allowed
+    assert A100.elasticflow_cap("bert", 64) == 8 and A100.elasticflow_cap("deepspeech2", 32) == 32
+    assert t4.elasticflow_cap("ncf", 32768) == 1 and t4.elasticflow_cap("imagenet", 3200) == 64
+    assert A100.generic_cap("deepspeech2", 32) == 32 and t4.generic_cap("yolov3", 64) == 16
+    assert (
+        load_cluster_spec("n64g8") == ClusterShape(2, 32, 8)
+        and load_cluster_spec("n64g8").total == 512
+    )
+    assert ClusterShape.parse("16x8").total == 128
+
+
+# SimCluster ----------------------------------------------------------------------------------
+
+
+def _request(job: str, units: int, segment: int = 0, resume: bool = False) -> SubmitRequest:
+    return SubmitRequest(
+        job=job, segment=segment, units=units, unit="gpu", total_steps=1000, resume=resume,
+        priority_class="qosflow-normal", priority=0, image="img", command=("train",),
+        memory_per_unit="1Gi", deadline=5000.0, checkpoint_dir="/ckpt", checkpoint_every_steps=10,
+    )  # fmt: skip
+
+
+def test_simcluster_implements_the_cluster_protocols_on_virtual_time() -> None:
+    sim = SimCluster(8, unit="gpu", node_size=8, speed=lambda job, n: 2.0 * n, start=100.0)
+    assert isinstance(sim, ClusterView) and isinstance(sim, Actuator)
+    first = sim.submit(_request("a", 4))
+    assert sim.submit(_request("a", 4)) == first  # idempotent
+    sim.submit(_request("b", 8))
+    assert sim.status("a-s0").phase == Phase.RUNNING and sim.status("b-s0").phase == Phase.PENDING
+    assert sim.capacity("gpu").free == 4
+    sim.advance(150.0)
+    assert sim.status("a-s0").steps_done == 400 and sim.now() == 150.0
+    assert sim.resize("a-s0", 8).state == ResizeState.UNSUPPORTED
+    sim.stop("a-s0")
+    sim.advance(151.0)
+    assert sim.status("b-s0").phase == Phase.RUNNING
+    resumed = sim.submit(_request("a", 2, segment=1, resume=True))
+    assert resumed.steps_done == 400 and resumed.phase == Phase.PENDING
+    sim.advance(1000.0)
+    assert sim.status("b-s0").phase == Phase.SUCCEEDED
+    assert sim.status("b-s0").finished_at == pytest.approx(151.0 + 1000 / 16)
+    assert [s.name for s in sim.list_jobs("a")] == ["a-s0", "a-s1"]
