@@ -14,19 +14,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import yaml
-
 from qosflow.local.clock import Clock, parse_rfc3339, rfc3339
 from qosflow.local.node import NODE_NAME, Node
 from qosflow.local.pods import (
-    ANNOTATION_NODE_ID,
-    ANNOTATION_NODE_NAME,
     LABEL_COMPLETED,
     LABEL_WORKFLOW,
+    build_pod,
     desired_cpu,
     desired_memory,
-    qos_class,
 )
+from qosflow.local.retry import attempt, backoff_s, may_retry
 from qosflow.local.status import ApiError
 from qosflow.local.store import Obj, Store
 from qosflow.local.workflow import Plan, PodStep, effective_spec, fnv32a, plan
@@ -35,6 +32,15 @@ LABEL_PHASE = "workflows.argoproj.io/phase"
 DONE = ("Succeeded", "Failed", "Error")
 SHUTDOWN_NODE = "workflow shutdown with strategy:  {}"
 SHUTDOWN_WORKFLOW = "Stopped with strategy '{}'"
+PROGRESS_ANNOTATION = "workflows.argoproj.io/progress"
+
+
+def valid_progress(text: str) -> bool:
+    """Whether ``text`` is a valid ``N/M`` (``0 <= N <= M``, ``M > 0``)."""
+    parts = text.split("/")
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return False
+    return 0 <= int(parts[0]) <= int(parts[1]) and int(parts[1]) > 0
 
 
 def workflow_finished(wf: Obj) -> bool:
@@ -86,45 +92,47 @@ class Controller:
             return
         p = self.plan_of(wf)
         nodes: dict[str, Obj] = status.setdefault("nodes", {})
-        pods = [s for s in p.steps if s.node_id in nodes]
-        for step in pods:
-            self._sync_node(wf, step, nodes[step.node_id], now)
+        steps = [s for s in p.steps if s.node_id in nodes]
+        pods = [a for s in steps for a in self._attempts(wf, s) if a.node_id in nodes]
         reason = self._shutdown_reason(wf, now)
-        active = [s for s in pods if nodes[s.node_id].get("phase") not in DONE]
-        if reason is not None:
-            self._shut_down(wf, active, reason[0], now)
-            if not [s for s in pods if nodes[s.node_id].get("phase") not in DONE]:
-                for step in pods:
-                    if nodes[step.node_id].get("phase") == "Succeeded" and step in active:
-                        nodes[step.node_id].update(phase="Failed", message=reason[0])
-                self._complete(wf, "Failed", reason[1], now)
-            else:
-                self._aggregate(wf, p, now)
+        for pod in pods:
+            self._sync_node(wf, pod, nodes[pod.node_id], now, reason[0] if reason else "")
+        if reason is None:
+            for step in steps:
+                self._update_retry(wf, p, step, now)
+            self._advance(wf, p, steps, now)
             return
-        self._advance(wf, p, pods, active, now)
+        active = [a for a in pods if nodes[a.node_id].get("phase") not in DONE]
+        self._shut_down(wf, active, reason[0], now)
+        if any(nodes[a.node_id].get("phase") not in DONE for a in pods):
+            self._aggregate(wf, p, now)
+            return
+        for step in steps:
+            if nodes[step.node_id].get("phase") not in DONE:
+                nodes[step.node_id].update(
+                    phase="Failed", message=reason[0], finishedAt=rfc3339(now)
+                )
+        self._complete(wf, "Failed", reason[1], now)
 
-    def _advance(
-        self, wf: Obj, p: Plan, pods: list[PodStep], active: list[PodStep], now: float
-    ) -> None:
+    def _advance(self, wf: Obj, p: Plan, steps: list[PodStep], now: float) -> None:
         """Start the next group, or finish the workflow, when the current group is done."""
         nodes = wf["status"]["nodes"]
-        failed = [s for s in pods if nodes[s.node_id].get("phase") in ("Failed", "Error")]
+        active = [s for s in steps if nodes[s.node_id].get("phase") not in DONE]
+        failed = [s for s in steps if nodes[s.node_id].get("phase") in ("Failed", "Error")]
         if failed and not active:
             first = nodes[failed[0].node_id]
-            message = (
-                first.get("message", "")
-                if p.root_type == "Pod"
-                else f"child '{first['id']}' failed"
-            )
+            message = first.get("message", "")
+            if p.root_type != "Pod":
+                message = f"child '{first['id']}' failed"
             self._complete(wf, "Failed", message, now)
             return
         if not active and not failed:
-            group = (max(s.group for s in pods) + 1) if pods else 0
+            group = (max(s.group for s in steps) + 1) if steps else 0
             if group >= len(p.groups):
                 self._complete(wf, "Succeeded", "", now)
                 return
             for step in p.groups[group]:
-                nodes[step.node_id] = self._create_pod(wf, p, step, now)
+                self._start_step(wf, p, step, now)
         self._aggregate(wf, p, now)
 
     # -- start / finish ------------------------------------------------------------------------
@@ -201,9 +209,48 @@ class Controller:
         ]
 
     # -- pods and nodes ------------------------------------------------------------------------
+    def _start_step(self, wf: Obj, p: Plan, step: PodStep, now: float) -> None:
+        """Create the node(s) of a step: its pod node, or a Retry node and attempt 0."""
+        nodes = wf["status"]["nodes"]
+        if step.retry is None:
+            nodes[step.node_id] = self._create_pod(wf, p, step, now)
+            return
+        name = wf["metadata"]["name"]
+        nodes[step.node_id] = {
+            "id": step.node_id,
+            "name": step.node_name,
+            "displayName": step.display_name,
+            "type": "Retry",
+            "templateName": step.template,
+            "templateScope": f"local/{name}",
+            "phase": "Running",
+            "startedAt": rfc3339(now),
+            "finishedAt": None,
+            "children": [],
+        }
+        if step.node_name != name:
+            nodes[step.node_id]["boundaryID"] = name
+        self._new_attempt(wf, p, step, now)
+
+    def _new_attempt(self, wf: Obj, p: Plan, step: PodStep, now: float) -> None:
+        """Start the next attempt of a retried step."""
+        nodes = wf["status"]["nodes"]
+        parent = nodes[step.node_id]
+        first = attempt(step, len(parent["children"]), wf["metadata"]["name"])
+        nodes[first.node_id] = self._create_pod(wf, p, first, now)
+        parent["children"].append(first.node_id)
+
+    def _attempts(self, wf: Obj, step: PodStep) -> list[PodStep]:
+        """The pod steps of a logical step (its attempts when it retries)."""
+        if step.retry is None:
+            return [step]
+        children = wf["status"]["nodes"][step.node_id].get("children") or []
+        return [attempt(step, i, wf["metadata"]["name"]) for i in range(len(children))]
+
     def _create_pod(self, wf: Obj, p: Plan, step: PodStep, now: float) -> Obj:
         """Create the pod of a step (admission included); returns its Argo node."""
         wf_name = wf["metadata"]["name"]
+        initial = step.metadata.get("annotations", {}).get(PROGRESS_ANNOTATION, "")
         node: Obj = {
             "id": step.node_id,
             "name": step.node_name,
@@ -214,109 +261,47 @@ class Controller:
             "phase": "Pending",
             "startedAt": rfc3339(now),
             "finishedAt": None,
-            "progress": "0/1",
+            "progress": initial if valid_progress(initial) else "0/1",
         }
         if step.node_name != wf_name:
             node["boundaryID"] = wf_name
         try:
-            pod = self._pod_object(wf, p, step, now)
+            pod = build_pod(self.store, wf, p.spec, step, rfc3339(now) or "", self.node.grace_s)
         except ApiError as exc:
             node.update(phase="Error", message=exc.message, finishedAt=rfc3339(now))
             return node
         self.store.put(pod)
         return node
 
-    def _priority(self, class_name: str, pod: str) -> tuple[int, str]:
-        """Priority admission: ``(value, preemptionPolicy)`` of the class (403 when unknown)."""
-        if class_name:
-            klass = self.store.get("PriorityClass", "", class_name)
-            if klass is None:
-                raise ApiError(
-                    403,
-                    f'pods "{pod}" is forbidden: no PriorityClass with name {class_name} was found',
-                )
+    def _update_retry(self, wf: Obj, p: Plan, step: PodStep, now: float) -> None:
+        """Phase of a Retry node from its last attempt; start the next attempt when due."""
+        nodes = wf["status"]["nodes"]
+        node = nodes[step.node_id]
+        if step.retry is None or node.get("phase") in DONE:
+            return
+        attempts = self._attempts(wf, step)
+        last = nodes[attempts[-1].node_id]
+        phase = last.get("phase")
+        if phase not in DONE:
+            node["phase"] = "Running"
+            return
+        if phase == "Succeeded":
+            node.update(phase="Succeeded", finishedAt=rfc3339(now))
+            return
+        started = parse_rfc3339(node.get("startedAt")) or now
+        if not may_retry(step.retry, str(phase), len(attempts), now - started):
+            node.update(phase="Failed", message=last.get("message", ""), finishedAt=rfc3339(now))
+            return
+        finished = parse_rfc3339(last.get("finishedAt")) or now
+        wait = backoff_s(step.retry, len(attempts) - 1)
+        if now >= finished + wait:
+            node.pop("message", None)
+            self._new_attempt(wf, p, step, now)
         else:
-            klass = next(
-                (c for c in self.store.items("PriorityClass") if c.get("globalDefault")), None
-            )
-        if klass is None:
-            return 0, "PreemptLowerPriority"
-        return int(klass["value"]), str(klass.get("preemptionPolicy", "PreemptLowerPriority"))
+            node["message"] = f"Backoff for {wait:g} seconds"
 
-    def _pod_object(self, wf: Obj, p: Plan, step: PodStep, now: float) -> Obj:
-        """The Pod document Argo's controller would create for ``step``."""
-        meta = wf["metadata"]
-        template = next(t for t in p.spec.get("templates") or [] if t.get("name") == step.template)
-        class_name = str(
-            template.get("priorityClassName") or p.spec.get("podPriorityClassName") or ""
-        )
-        priority, preemption = self._priority(class_name, step.pod)
-        container = {k: v for k, v in step.container.items() if v is not None}
-        container["name"] = "main"
-        for index, policy in enumerate(container.get("resizePolicy") or []):
-            if policy.get("restartPolicy", "NotRequired") != "NotRequired":
-                raise ApiError(
-                    422,
-                    f'Pod "{step.pod}" is invalid: spec.containers[0].resizePolicy[{index}].restartPolicy: '
-                    f'Unsupported value: "{policy.get("restartPolicy")}": supported values: "NotRequired"',
-                )
-        labels = {
-            k: v
-            for k, v in (meta.get("labels") or {}).items()
-            if not k.startswith("workflows.argoproj.io/")
-        }
-        labels.update(step.metadata.get("labels") or {})
-        labels.update({LABEL_WORKFLOW: meta["name"], LABEL_COMPLETED: "false"})
-        annotations = dict(step.metadata.get("annotations") or {})
-        annotations.update({ANNOTATION_NODE_ID: step.node_id, ANNOTATION_NODE_NAME: step.node_name})
-        spec: Obj = {
-            "containers": [container],
-            "restartPolicy": "Never",
-            "priority": priority,
-            "preemptionPolicy": preemption,
-            "schedulerName": "default-scheduler",
-            "terminationGracePeriodSeconds": self._grace(p.spec, template),
-        }
-        if class_name:
-            spec["priorityClassName"] = class_name
-        if p.spec.get("serviceAccountName"):
-            spec["serviceAccountName"] = p.spec["serviceAccountName"]
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": step.pod,
-                "namespace": meta.get("namespace", ""),
-                "generation": 1,
-                "creationTimestamp": rfc3339(now),
-                "labels": labels,
-                "annotations": annotations,
-                "ownerReferences": [
-                    {
-                        "apiVersion": "argoproj.io/v1alpha1",
-                        "kind": "Workflow",
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
-            "spec": spec,
-            "status": {"phase": "Pending", "qosClass": qos_class([container])},
-        }
-
-    def _grace(self, spec: Obj, template: Obj) -> int:
-        """``terminationGracePeriodSeconds`` from a podSpecPatch, else the cluster default."""
-        for patch in (template.get("podSpecPatch"), spec.get("podSpecPatch")):
-            if patch:
-                doc = yaml.safe_load(patch) if isinstance(patch, str) else patch
-                if isinstance(doc, dict) and "terminationGracePeriodSeconds" in doc:
-                    return int(doc["terminationGracePeriodSeconds"])
-        return math.ceil(self.node.grace_s)
-
-    def _sync_node(self, wf: Obj, step: PodStep, node: Obj, now: float) -> None:
-        """Copy the pod's state into its Argo node."""
+    def _sync_node(self, wf: Obj, step: PodStep, node: Obj, now: float, shutdown: str) -> None:
+        """Copy the pod's state into its Argo node (a shutdown fails every node that ends)."""
         if node.get("phase") in DONE:
             return
         pod = self.store.get("Pod", wf["metadata"].get("namespace", ""), step.pod)
@@ -341,6 +326,9 @@ class Controller:
             node["phase"] = "Running"
             return
         node["finishedAt"] = rfc3339(now)
+        if shutdown:
+            node.update(phase="Failed", message=shutdown)
+            return
         if phase == "Succeeded":
             node["phase"] = "Succeeded"
             return
@@ -382,12 +370,6 @@ class Controller:
                 nodes[step.node_id].update(phase="Failed", message=message, finishedAt=rfc3339(now))
             else:
                 self.node.terminate(pod, now)
-        for step in active:
-            node = nodes[step.node_id]
-            if node.get("phase") in DONE:
-                node["message"] = message
-                if node["phase"] == "Succeeded":
-                    node["phase"] = "Failed"
         self.store.touch(wf)
 
     # -- aggregates ----------------------------------------------------------------------------

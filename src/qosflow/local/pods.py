@@ -6,12 +6,16 @@ Kept apart from the node logic so the Kubernetes API handlers (resize validation
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Any
 
-from qosflow.spec import parse_quantity
+import yaml
 
-Obj = dict[str, Any]
+from qosflow.local.status import ApiError
+from qosflow.local.store import Obj, Store
+from qosflow.local.workflow import PodStep
+from qosflow.spec import parse_quantity
 
 LABEL_WORKFLOW = "workflows.argoproj.io/workflow"
 LABEL_COMPLETED = "workflows.argoproj.io/completed"
@@ -130,3 +134,100 @@ def condition(pod: Obj, ctype: str) -> Obj | None:
 def pod_key(pod: Obj) -> str:
     """``namespace/name`` of a pod (the key of runtime records)."""
     return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def pod_priority(store: Store, class_name: str, pod: str) -> tuple[int, str]:
+    """Priority admission: ``(value, preemptionPolicy)`` of the class (403 when unknown)."""
+    if class_name:
+        klass = store.get("PriorityClass", "", class_name)
+        if klass is None:
+            raise ApiError(
+                403,
+                f'pods "{pod}" is forbidden: no PriorityClass with name {class_name} was found',
+            )
+    else:
+        klass = next((c for c in store.items("PriorityClass") if c.get("globalDefault")), None)
+    if klass is None:
+        return 0, "PreemptLowerPriority"
+    return int(klass["value"]), str(klass.get("preemptionPolicy", "PreemptLowerPriority"))
+
+
+def grace_period(spec: Obj, template: Obj, default_s: float) -> int:
+    """``terminationGracePeriodSeconds`` from a podSpecPatch (template, then workflow)."""
+    for patch in (template.get("podSpecPatch"), spec.get("podSpecPatch")):
+        if patch:
+            doc = yaml.safe_load(patch) if isinstance(patch, str) else patch
+            if isinstance(doc, dict) and "terminationGracePeriodSeconds" in doc:
+                return int(doc["terminationGracePeriodSeconds"])
+    return math.ceil(default_s)
+
+
+def _check_resize_policy(pod: str, container: Obj) -> None:
+    """Argo pods have ``restartPolicy: Never``, so every resize policy must be NotRequired."""
+    for index, policy in enumerate(container.get("resizePolicy") or []):
+        value = policy.get("restartPolicy", "NotRequired")
+        if value != "NotRequired":
+            raise ApiError(
+                422,
+                f'Pod "{pod}" is invalid: spec.containers[0].resizePolicy[{index}].restartPolicy: '
+                f'Unsupported value: "{value}": supported values: "NotRequired"',
+            )
+
+
+def build_pod(store: Store, wf: Obj, spec: Obj, step: PodStep, now: str, grace_s: float) -> Obj:
+    """The Pod Argo's controller creates for ``step`` (priority admission included).
+
+    Raises:
+        ApiError: 403 for an unknown PriorityClass, 422 for an invalid resize policy.
+    """
+    meta = wf["metadata"]
+    template = next(t for t in spec.get("templates") or [] if t.get("name") == step.template)
+    class_name = str(template.get("priorityClassName") or spec.get("podPriorityClassName") or "")
+    priority, preemption = pod_priority(store, class_name, step.pod)
+    container = {k: v for k, v in step.container.items() if v is not None}
+    container["name"] = "main"
+    _check_resize_policy(step.pod, container)
+    labels = {
+        k: v
+        for k, v in (meta.get("labels") or {}).items()
+        if not k.startswith("workflows.argoproj.io/")
+    }
+    labels.update(step.metadata.get("labels") or {})
+    labels.update({LABEL_WORKFLOW: meta["name"], LABEL_COMPLETED: "false"})
+    annotations = dict(step.metadata.get("annotations") or {})
+    annotations.update({ANNOTATION_NODE_ID: step.node_id, ANNOTATION_NODE_NAME: step.node_name})
+    pod_spec: Obj = {
+        "containers": [container],
+        "restartPolicy": "Never",
+        "priority": priority,
+        "preemptionPolicy": preemption,
+        "schedulerName": "default-scheduler",
+        "terminationGracePeriodSeconds": grace_period(spec, template, grace_s),
+    }
+    if class_name:
+        pod_spec["priorityClassName"] = class_name
+    if spec.get("serviceAccountName"):
+        pod_spec["serviceAccountName"] = spec["serviceAccountName"]
+    owner = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": step.pod,
+            "namespace": meta.get("namespace", ""),
+            "generation": 1,
+            "creationTimestamp": now,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner],
+        },
+        "spec": pod_spec,
+        "status": {"phase": "Pending", "qosClass": qos_class([container])},
+    }

@@ -72,6 +72,7 @@ class PodStep:
         pod: Pod name.
         container: The resolved container (command, args, env, resources...).
         metadata: The template's ``metadata`` (labels, annotations) after substitution.
+        retry: The template's ``retryStrategy``, or ``None``.
     """
 
     group: int
@@ -82,6 +83,7 @@ class PodStep:
     pod: str
     container: Obj
     metadata: Obj
+    retry: Obj | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +236,7 @@ def _step(
         pod=pod,
         container=dict(tmpl["container"]),
         metadata=dict(tmpl.get("metadata") or {}),
+        retry=tmpl.get("retryStrategy"),
     )
 
 
