@@ -46,8 +46,12 @@ def _load(name: str) -> dict[str, Any]:
 def _patch(definitions: dict[str, Any], *, strict: bool, nullable_times: bool) -> None:
     definitions[_INT_OR_STRING] = {"type": ["string", "integer"]}
     definitions[_QUANTITY] = {"type": ["string", "number"]}
-    if nullable_times:
+    if nullable_times:  # server responses: Go writes zero times and nil list items as null
         definitions[_TIME] = {"type": ["string", "null"], "format": "date-time"}
+        for name, definition in definitions.items():
+            items = definition.get("properties", {}).get("items")
+            if name.endswith("List") and items and items.get("type") == "array":
+                definition["properties"]["items"] = {"anyOf": [items, {"type": "null"}]}
     if strict:
         for definition in definitions.values():
             if (

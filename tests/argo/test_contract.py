@@ -1,0 +1,209 @@
+"""ArgoCluster contract suite: the same tests against the local cluster or a real Argo + Kubernetes."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from qosflow.cluster import Actuator, ClusterView, Phase, ResizeState
+from qosflow.errors import ClusterError, NotFoundError, SpecError
+from qosflow_argo import manifests
+from qosflow_argo.argo_cluster import ArgoCluster
+
+from .conftest import REAL, REAL_ENV, TOKEN, Target
+
+
+@pytest.mark.realcluster
+def test_real_cluster_is_configured() -> None:
+    if not REAL:
+        pytest.skip(f"set {', '.join(REAL_ENV)} to run the contract suite on a real cluster")
+    cluster = ArgoCluster.from_env()
+    assert cluster.capacity("cpu").total >= 1
+
+
+def test_implements_the_cluster_protocols(target: Target) -> None:
+    cluster = target.cluster
+    assert isinstance(cluster, ClusterView) and isinstance(cluster, Actuator)
+    assert TOKEN not in repr(cluster) and TOKEN not in repr(cluster.argo)
+    assert TOKEN not in repr(cluster.kube)
+
+
+def test_ensure_installed_is_idempotent(target: Target) -> None:
+    again = target.cluster.ensure_installed()
+    assert set(again.values()) == {"unchanged"}
+    assert "WorkflowTemplate/qosflow-train" in again and "PriorityClass/qosflow-urgent" in again
+
+
+def test_submit_runs_to_success_with_progress(target: Target) -> None:
+    cluster = target.cluster
+    req = target.request("ok", total_steps=20)
+    first = cluster.submit(req)
+    assert first.name == req.name and first.phase in (Phase.PENDING, Phase.RUNNING)
+    running = target.wait(cluster, req.name, lambda s: (s.steps_done or 0) > 0)
+    assert running.phase is Phase.RUNNING and running.total_steps == 20
+    assert running.pod_name and running.units == 1 and running.started_at is not None
+    done = target.wait(cluster, req.name, lambda s: s.phase.finished)
+    assert done.phase is Phase.SUCCEEDED
+    assert (done.steps_done, done.total_steps) == (20, 20)
+    assert done.finished_at is not None and done.finished_at >= (running.started_at or 0)
+    # every exchange was checked against swagger.json by the session hook
+    assert any(e.startswith("POST /api/v1/workflows/") for e in target.exchanges)
+
+
+def test_submit_twice_gives_one_workflow(target: Target) -> None:
+    cluster = target.cluster
+    req = target.request("twice")
+    a = cluster.submit(req)
+    b = cluster.submit(req)
+    assert a.name == b.name == req.name
+    assert [s.name for s in cluster.list_jobs(req.job)] == [req.name]
+
+
+def test_name_taken_by_a_foreign_workflow_is_refused(target: Target) -> None:
+    cluster = target.cluster
+    req = target.request("owner")
+    foreign = manifests.workflow(
+        target.request("other"), namespace=cluster.namespace, now=cluster.now()
+    )
+    foreign["metadata"]["name"] = req.name  # someone else's workflow under our name
+    cluster.argo.create_workflow(foreign)
+    with pytest.raises(ClusterError, match="not segment 0 of job") as err:
+        cluster.submit(req)
+    assert err.value.status == 409
+
+
+def test_list_jobs_filters_by_job_and_status_of_missing_is_not_found(target: Target) -> None:
+    cluster = target.cluster
+    a, b = target.request("lista"), target.request("listb")
+    cluster.submit(a)
+    cluster.submit(b)
+    names = {s.name for s in cluster.list_jobs()}
+    assert {a.name, b.name} <= names
+    assert [s.name for s in cluster.list_jobs(a.job)] == [a.name]
+    assert cluster.list_jobs(target.job("nobody")) == []
+    with pytest.raises(NotFoundError):
+        cluster.status(target.job("missing") + "-s0")
+
+
+def test_stop_ends_the_workflow_stopped_and_is_idempotent(target: Target) -> None:
+    cluster = target.cluster
+    req = target.request("stop", total_steps=10_000)
+    cluster.submit(req)
+    target.wait(cluster, req.name, lambda s: s.phase is Phase.RUNNING)
+    stopped = cluster.stop(req.name, message="rescale to 2")
+    assert stopped.phase is Phase.STOPPED and stopped.phase.finished
+    assert "Stop" in stopped.message
+    assert cluster.stop(req.name).phase is Phase.STOPPED  # already ended: no 500, same answer
+
+
+def test_stop_of_a_finished_workflow_keeps_its_phase(target: Target) -> None:
+    cluster = target.cluster
+    req = target.request("stopdone", total_steps=3)
+    cluster.submit(req)
+    target.wait(cluster, req.name, lambda s: s.phase.finished)
+    assert cluster.stop(req.name).phase is Phase.SUCCEEDED
+
+
+def test_in_place_resize_changes_units(target: Target) -> None:
+    cluster = target.cluster
+    if not cluster.supports_in_place_resize("cpu"):
+        pytest.skip("cluster has no pods/resize (Kubernetes < 1.33)")
+    assert not cluster.supports_in_place_resize("gpu")
+    req = target.request("resize", total_steps=10_000)
+    cluster.submit(req)
+    target.wait(cluster, req.name, lambda s: s.phase is Phase.RUNNING and s.pod_name is not None)
+    result = cluster.resize(req.name, 2)
+    assert result.state in (ResizeState.DONE, ResizeState.IN_PROGRESS)
+    after = target.wait(cluster, req.name, lambda s: s.units == 2)
+    assert after.resize is ResizeState.DONE
+    assert cluster.resize(req.name, 2).state is ResizeState.DONE  # idempotent
+    assert {s.name: s.units for s in cluster.list_jobs(req.job)} == {req.name: 2}
+    cluster.stop(req.name)
+
+
+def test_resize_beyond_the_node_is_infeasible_and_a_busy_node_defers(target: Target) -> None:
+    cluster = target.cluster
+    if target.local is None:
+        pytest.skip("needs a node of known size (the local cluster's 2 CPUs)")
+    a, b = target.request("rsa", total_steps=10_000), target.request("rsb", total_steps=10_000)
+    cluster.submit(a)
+    cluster.submit(b)
+    target.wait(cluster, b.name, lambda s: s.phase is Phase.RUNNING and s.pod_name is not None)
+    assert cluster.capacity("cpu").free == 0
+    deferred = cluster.resize(a.name, 2)
+    assert deferred.state is ResizeState.DEFERRED and deferred.units == 1
+    assert "capacity" in deferred.message.lower() or deferred.message
+    infeasible = cluster.resize(b.name, 3)
+    assert infeasible.state is ResizeState.INFEASIBLE
+    cluster.stop(b.name)
+    result = target.wait(cluster, a.name, lambda s: s.units == 2)  # the deferred resize lands
+    assert result.resize is ResizeState.DONE
+
+
+def test_set_priority_patches_the_workflow(target: Target) -> None:
+    cluster = target.cluster
+    req = target.request("prio", total_steps=10_000)
+    cluster.submit(req)
+    st = cluster.set_priority(req.name, priority=4242, priority_class="qosflow-high")
+    assert (st.priority, st.priority_class) == (4242, "qosflow-high")
+    wf = cluster.argo.get_workflow(req.name)  # visible through the Argo Server too
+    assert wf["spec"]["priority"] == 4242
+    with pytest.raises(SpecError):
+        cluster.set_priority(req.name, priority=2**31)
+    cluster.stop(req.name)
+
+
+def test_capacity_counts_running_pods(target: Target) -> None:
+    cluster = target.cluster
+    before = cluster.capacity("cpu")
+    assert before.total >= 1 and 0 <= before.free <= before.total
+    assert sum(before.free_per_node.values()) == before.free
+    if target.local is None:
+        return
+    req = target.request("cap", total_steps=10_000)
+    cluster.submit(req)
+    target.wait(cluster, req.name, lambda s: s.phase is Phase.RUNNING)
+    assert cluster.capacity("cpu").free == before.free - 1
+    cluster.stop(req.name)
+    assert cluster.capacity("cpu").free == before.free
+
+
+def test_bad_manifest_never_leaves_the_client(target: Target) -> None:
+    cluster = target.cluster
+    sent = len(target.exchanges)
+    with pytest.raises(SpecError):
+        cluster.submit(target.request("BAD_name"))
+    with pytest.raises(SpecError):
+        cluster.submit(target.request("worker", unit="worker"))
+    assert len(target.exchanges) == sent
+
+
+def test_wrong_token_is_a_clear_error_without_the_token(
+    target: Target, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = "wrong-" + TOKEN
+    caplog.set_level(logging.DEBUG)
+    cluster = (
+        target.make(token=wrong, kube_token=wrong)
+        if target.local is None
+        else (
+            ArgoCluster(
+                target.local.argo_url,
+                token=wrong,
+                namespace=target.local.namespace,
+                kube_url=target.local.kube_url,
+                clock=target.clock.now,
+                sleep=target.clock.advance,
+            )
+        )
+    )
+    with pytest.raises(ClusterError) as err:
+        cluster.list_jobs()
+    assert err.value.status == 401 and not err.value.retryable
+    with pytest.raises(ClusterError) as kerr:
+        cluster.capacity("cpu")
+    assert kerr.value.status == 401
+    for text in (str(err.value), str(kerr.value), repr(cluster), caplog.text):
+        assert wrong not in text and TOKEN not in text
+    cluster.close()
