@@ -19,7 +19,7 @@ def _conn_fields() -> dict[str, Any]:
         return {"label": label, "description": description, "schema": schema}
 
     return {
-        "namespace": field("Namespace", ["string", "null"], "Namespace of the workflows", "argo"),
+        "namespace": field("Namespace", ["string", "null"], "Namespace of the workflows", "qosflow"),
         "kube_url": field(
             "Kubernetes API URL", ["string", "null"], "Kubernetes API server (or use kubeconfig)"
         ),
@@ -88,7 +88,7 @@ def get_provider_info() -> dict[str, Any]:
                     "relabeling": {"host": "Argo Server URL", "password": "Bearer token"},
                     "placeholders": {
                         "host": "https://argo-server.argo:2746",
-                        "extra": '{"namespace": "argo", "kube_url": "https://kubernetes.default"}',
+                        "extra": '{"namespace": "qosflow", "kube_url": "https://kubernetes.default"}',
                     },
                 },
                 "conn-fields": _conn_fields(),

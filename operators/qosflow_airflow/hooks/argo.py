@@ -4,7 +4,7 @@ Connection fields:
 
 * ``host`` — Argo Server URL (``https://argo-server.argo:2746``; the local cluster's ``argo_url``);
 * ``password`` — bearer token for the Argo Server and the Kubernetes API;
-* extras ``namespace`` (default ``argo``), ``kube_url`` (Kubernetes API URL) or ``kubeconfig``
+* extras ``namespace`` (default ``qosflow``), ``kube_url`` (Kubernetes API URL) or ``kubeconfig``
   (path), ``verify_ssl`` (default true), ``ca_cert`` (CA bundle path), ``history_url`` (SQLAlchemy
   URL of the history store, default ``sqlite:///.qosflow/history.db``), ``checkpoint_root``
   (directory under which each job keeps its checkpoints, as the training pods see it).
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from qosflow_argo import ArgoCluster
 
 DEFAULT_CONN_ID = "qosflow_default"
+DEFAULT_NAMESPACE = "qosflow"
 DEFAULT_HISTORY_URL = "sqlite:///.qosflow/history.db"
 DEFAULT_CHECKPOINT_ROOT = ".qosflow/checkpoints"
 _TRUE = {"1", "true", "yes", "on"}
@@ -101,7 +102,7 @@ def config_from_connection(
         raise SpecError("extra", "must be a JSON object")
     return ClusterConfig(
         argo_url=url.rstrip("/"),
-        namespace=_text(extras, "namespace") or "argo",
+        namespace=_text(extras, "namespace") or DEFAULT_NAMESPACE,
         token=password or None,
         kube_url=_text(extras, "kube_url"),
         kubeconfig=_text(extras, "kubeconfig"),
@@ -122,7 +123,7 @@ def cluster_from_config(config: ClusterConfig) -> ArgoCluster:
         token=config.token,
         kube_url=config.kube_url,
         kubeconfig=config.kubeconfig,
-        verify_ssl=config.verify_ssl,
+        verify=config.verify_ssl,
         ca_cert=config.ca_cert,
     )
 

@@ -106,8 +106,11 @@ class PlanTrainingOperator(QosflowOperator):
         dag = context.get("dag")
         tz: tzinfo = getattr(dag, "timezone", None) or UTC
         spec = self.load(datetime.fromtimestamp(now, UTC), tz)
-        store = self.hook.get_history()
         res = spec.resources
+        forced = _optional_int(self.initial_units, "initial_units")
+        if forced is not None and forced not in res.levels:
+            raise SpecError("initial_units", f"must be one of {list(res.levels)} (got {forced})")
+        store = self.hook.get_history()
         prior = store.prior(spec.key, res.unit, res.per_node)
         capacity = cluster.capacity(res.unit)
         plan = plan_job(
@@ -131,9 +134,7 @@ class PlanTrainingOperator(QosflowOperator):
                 verdict.reason,
                 f" (counter-offer: {offer})" if offer else "",
             )
-        units = _optional_int(self.initial_units, "initial_units") or plan.verdict.units
-        if units not in res.levels:
-            raise SpecError("initial_units", f"must be one of {list(res.levels)} (got {units})")
+        units = forced or plan.verdict.units
         self.log.info(
             "plan for %s: %s at %d %s (%s), priority %s; %s",
             spec.name,

@@ -1,0 +1,149 @@
+"""A fresh AIRFLOW_HOME per pytest session, set before anything imports airflow."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+if "QOSFLOW_TEST_AIRFLOW_HOME" not in os.environ:
+    os.environ["QOSFLOW_TEST_AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="qosflow-airflow-")
+os.environ["AIRFLOW_HOME"] = os.environ["QOSFLOW_TEST_AIRFLOW_HOME"]
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
+os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
+
+import json  # noqa: E402
+from dataclasses import dataclass, field, replace  # noqa: E402
+
+import pytest  # noqa: E402
+
+from qosflow.cluster import (  # noqa: E402
+    Capacity,
+    JobStatus,
+    Phase,
+    ResizeResult,
+    ResizeState,
+    SubmitRequest,
+)
+from qosflow.errors import NotFoundError  # noqa: E402
+
+
+@dataclass
+class FakeCluster:
+    """In-memory ClusterView + Actuator for unit tests of the Airflow layer.
+
+    Each poll of ``status`` advances the fake clock by ``tick`` seconds and the running segment
+    by ``rate * units * tick`` steps; scripted failures end a segment with a message.
+    """
+
+    capacity_units: int = 2
+    tick: float = 5.0
+    rate: float = 1.0
+    in_place: bool = False
+    fail_at_step: int | None = None
+    fail_message: str = "OOMKilled: container exceeded its memory limit"
+    clock: float = 1_800_000_000.0
+    jobs: dict[str, JobStatus] = field(default_factory=dict)
+    requests: list[SubmitRequest] = field(default_factory=list)
+    progress: dict[str, float] = field(default_factory=dict)
+
+    def now(self) -> float:
+        return self.clock
+
+    def capacity(self, unit):
+        used = sum(s.units for s in self.jobs.values() if not s.phase.finished)
+        return Capacity(unit, self.capacity_units, self.capacity_units - used)
+
+    def _advance(self, name: str) -> JobStatus:
+        st = self.jobs[name]
+        if st.phase is Phase.PENDING:
+            st = replace(st, phase=Phase.RUNNING, started_at=self.clock)
+        if st.phase is Phase.RUNNING:
+            self.progress[name] += self.rate * st.units * self.tick
+            done = min(int(self.progress[name]), st.total_steps)
+            st = replace(st, steps_done=done)
+            if self.fail_at_step is not None and done >= self.fail_at_step:
+                st = replace(
+                    st, phase=Phase.FAILED, message=self.fail_message, finished_at=self.clock
+                )
+            elif done >= st.total_steps:
+                st = replace(st, phase=Phase.SUCCEEDED, finished_at=self.clock)
+        self.jobs[name] = st
+        return st
+
+    def status(self, name: str) -> JobStatus:
+        if name not in self.jobs:
+            raise NotFoundError(f"workflow {name} not found", status=404)
+        self.clock += self.tick
+        return self._advance(name)
+
+    def list_jobs(self, job=None):
+        return [s for s in self.jobs.values() if job is None or s.job == job]
+
+    def submit(self, request: SubmitRequest) -> JobStatus:
+        if request.name in self.jobs:
+            return self.jobs[request.name]
+        self.requests.append(request)
+        start = 0.0
+        if request.resume:
+            start = float(max((s.steps_done or 0) for s in self.list_jobs(request.job)))
+        self.progress[request.name] = start
+        st = JobStatus(
+            request.name,
+            request.job,
+            request.segment,
+            Phase.PENDING,
+            None,
+            request.total_steps,
+            request.units,
+            request.priority_class,
+            request.priority,
+        )
+        self.jobs[request.name] = st
+        return st
+
+    def stop(self, name: str, *, message: str = "") -> JobStatus:
+        st = self.jobs[name]
+        if not st.phase.finished:
+            st = replace(st, phase=Phase.STOPPED, finished_at=self.clock, message=message)
+            self.jobs[name] = st
+        return st
+
+    def resize(self, name: str, units: int) -> ResizeResult:
+        self.jobs[name] = replace(self.jobs[name], units=units)
+        return ResizeResult(ResizeState.DONE, units)
+
+    def supports_in_place_resize(self, unit) -> bool:
+        return self.in_place
+
+    def set_priority(self, name, *, priority, priority_class=None):
+        st = replace(
+            self.jobs[name],
+            priority=priority,
+            priority_class=priority_class or self.jobs[name].priority_class,
+        )
+        self.jobs[name] = st
+        return st
+
+
+@pytest.fixture
+def fake_cluster(monkeypatch, tmp_path):
+    """A FakeCluster behind the ``qosflow_default`` connection."""
+    from qosflow_airflow.hooks import argo
+
+    cluster = FakeCluster()
+    conn = {
+        "conn_type": "qosflow_argo",
+        "host": "http://127.0.0.1:1",
+        "password": "t0ken",
+        "extra": {
+            "history_url": f"sqlite:///{tmp_path}/history.db",
+            "checkpoint_root": str(tmp_path / "ckpt"),
+        },
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_QOSFLOW_DEFAULT", json.dumps(conn))
+    monkeypatch.setattr(argo, "cluster_from_config", lambda config: cluster)
+    return cluster

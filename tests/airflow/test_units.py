@@ -1,0 +1,422 @@
+"""Fast tests of the provider without a cluster: packaging, hook, state, watch, branch, restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from unittest import mock
+
+import pytest
+
+from qosflow.cluster import JobStatus, Phase
+from qosflow.errors import ClusterError, SpecError
+from qosflow.spec import load_job
+
+T0 = 1_800_000_000.0
+
+
+def job(**over):
+    data = {
+        "name": "unit-job",
+        "total_steps": 400,
+        "deadline": "PT10M",
+        "resources": {"unit": "cpu", "min": 1, "max": 2, "per_node": 2},
+        "dwell_seconds": 10,
+        "margin_seconds": 5,
+    }
+    data.update(over)
+    return data
+
+
+def spec(**over):
+    return load_job(job(**over), now=datetime.fromtimestamp(T0, UTC))
+
+
+def state(**over):
+    from qosflow_airflow.state import TrainingState, job_to_dict
+
+    base = dict(
+        job=job_to_dict(spec()),
+        workflow="unit-job-s0",
+        segment=0,
+        units=1,
+        priority_class="qosflow-normal",
+        priority=10,
+        guaranteed=True,
+        checkpoint_dir="/tmp/ckpt",
+        history_url="",
+    )
+    base.update(over)
+    return TrainingState(**base)
+
+
+# ------------------------------------------------------------------ packaging and connection
+
+
+def test_provider_registers_the_connection_type_and_hook():
+    from airflow.providers_manager import ProvidersManager
+
+    pm = ProvidersManager()
+    assert "qosflow" in pm.providers
+    hook = pm.hooks["qosflow_argo"]
+    assert hook is not None
+    assert hook.hook_class_name == "qosflow_airflow.hooks.argo.QosflowArgoHook"
+    assert hook.connection_id_attribute_name == "qosflow_conn_id"
+
+
+def test_connection_fields_become_a_cluster_config(monkeypatch):
+    from qosflow_airflow.hooks.argo import QosflowArgoHook
+
+    conn = {
+        "conn_type": "qosflow_argo",
+        "host": "https://argo.example:2746/",
+        "password": "s3cret",
+        "extra": {
+            "namespace": "ml",
+            "kube_url": "https://k8s.example:6443",
+            "verify_ssl": "false",
+            "ca_cert": "/etc/ca.pem",
+            "history_url": "postgresql+psycopg://u@db/qosflow",
+        },
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_QOSFLOW_TEST", json.dumps(conn))
+    config = QosflowArgoHook("qosflow_test").config
+    assert config.argo_url == "https://argo.example:2746"
+    assert config.namespace == "ml"
+    assert config.token == "s3cret"
+    assert config.kube_url == "https://k8s.example:6443"
+    assert config.verify_ssl is False
+    assert config.ca_cert == "/etc/ca.pem"
+    assert config.history_url == "postgresql+psycopg://u@db/qosflow"
+
+
+def test_connection_defaults_and_bad_fields_name_the_field():
+    from qosflow_airflow.hooks.argo import config_from_connection
+
+    config = config_from_connection(host="argo:2746", password=None, extra=None)
+    assert config.argo_url == "https://argo:2746"
+    assert config.namespace == "qosflow"
+    assert config.history_url.startswith("sqlite:///")
+    with pytest.raises(SpecError) as err:
+        config_from_connection(host="h", password=None, extra={"verify_ssl": "maybe"})
+    assert err.value.field == "extra.verify_ssl"
+    with pytest.raises(SpecError) as err:
+        config_from_connection(host="", password=None, extra=None)
+    assert err.value.field == "host"
+
+
+def test_hook_init_is_cheap_and_builds_an_argo_cluster(monkeypatch):
+    from qosflow_airflow.hooks.argo import QosflowArgoHook
+
+    hook = QosflowArgoHook("does_not_exist")  # no lookup yet
+    assert hook.qosflow_conn_id == "does_not_exist"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_QOSFLOW_X",
+        json.dumps(
+            {
+                "conn_type": "qosflow_argo",
+                "host": "http://127.0.0.1:9",
+                "password": "t",
+                "extra": {"kube_url": "http://127.0.0.1:9"},
+            }
+        ),
+    )
+    cluster = QosflowArgoHook("qosflow_x").get_cluster()
+    assert type(cluster).__name__ == "ArgoCluster"
+    assert cluster.namespace == "qosflow"
+
+
+# ------------------------------------------------------------------ state
+
+
+def test_job_spec_survives_the_xcom_round_trip():
+    from qosflow_airflow.state import TrainingState, job_from_dict, job_to_dict
+
+    original = spec(resources={"unit": "cpu", "min": 1, "max": 4, "levels": [1, 2, 4]})
+    again = job_from_dict(json.loads(json.dumps(job_to_dict(original))))
+    assert again == original
+    st = state(last_rescale_at=T0 + 5)
+    assert TrainingState.from_dict(json.loads(json.dumps(st.to_dict()))) == st
+
+
+def test_an_edited_xcom_cannot_smuggle_in_an_invalid_spec():
+    from qosflow_airflow.state import job_from_dict, job_to_dict
+
+    data = job_to_dict(spec())
+    data["resources"]["min"] = 0
+    with pytest.raises(SpecError) as err:
+        job_from_dict(data)
+    assert err.value.field == "resources.min"
+
+
+# ------------------------------------------------------------------ deadline parsing
+
+
+def test_clock_deadline_is_the_next_such_time_in_the_dag_timezone():
+    import pendulum
+
+    from qosflow_airflow.operators.plan import resolve_deadline
+
+    tz = pendulum.timezone("Europe/Amsterdam")
+    one_am = datetime(2026, 6, 1, 23, 0, tzinfo=UTC)  # 01:00 in Amsterdam (CEST)
+    assert resolve_deadline("06:00", now=one_am, tz=tz) == "2026-06-02T04:00:00+00:00"
+    seven_am = datetime(2026, 6, 2, 5, 0, tzinfo=UTC)  # 07:00 local: tomorrow's 06:00
+    assert resolve_deadline("06:00", now=seven_am, tz=tz) == "2026-06-03T04:00:00+00:00"
+    assert resolve_deadline(" PT3M ", now=one_am, tz=tz) == "PT3M"
+
+
+def test_bad_job_input_fails_without_retry_naming_the_field(fake_cluster):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from qosflow_airflow.operators.plan import PlanTrainingOperator
+
+    op = PlanTrainingOperator(task_id="plan", job=job(total_steps=0))
+    with pytest.raises(AirflowFailException, match=r"total_steps: must be >= 1"):
+        op.execute({"ti": mock.MagicMock(), "dag": None})
+    op = PlanTrainingOperator(task_id="plan", job=job(), initial_units="3")
+    with pytest.raises(AirflowFailException, match=r"initial_units: must be one of \[1, 2\]"):
+        op.execute({"ti": mock.MagicMock(), "dag": None})
+
+
+# ------------------------------------------------------------------ branch
+
+
+def test_each_action_maps_to_its_configured_task():
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from qosflow_airflow.operators.branch import branch_for
+
+    branches = {
+        "done": "g.done",
+        "on_track": "g.continue",
+        "scale_up": "g.rescale",
+        "scale_down": "g.rescale",
+        "bump": "g.bump",
+        "at_risk": "g.bump",
+    }
+    for action, task_id in branches.items():
+        assert branch_for({"action": action}, branches) == task_id
+    with pytest.raises(AirflowFailException, match="unknown action"):
+        branch_for({"action": "panic"}, branches)
+    with pytest.raises(AirflowFailException, match="no branch configured"):
+        branch_for({"action": "bump"}, {"done": "g.done"})
+
+
+# ------------------------------------------------------------------ task group structure
+
+
+def test_task_group_wires_rounds_with_trigger_rules():
+    import pendulum
+    from airflow.sdk import DAG
+
+    from qosflow_airflow.task_group import deadline_training
+
+    with DAG("tg", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
+        deadline_training(job(), rounds=2, group_id="t")
+    ids = set(dag.task_ids)
+    for k in (1, 2):
+        for t in ("watch", "decide", "rescale", "bump", "continue", "done"):
+            assert f"t.round_{k}.{t}" in ids
+    assert dag.get_task("t.submit").upstream_task_ids == {"t.plan"}
+    w2 = dag.get_task("t.round_2.watch")
+    assert w2.upstream_task_ids == {"t.round_1.rescale", "t.round_1.bump", "t.round_1.continue"}
+    assert w2.trigger_rule == "none_failed_min_one_success"
+    finish = dag.get_task("t.finish")
+    assert finish.trigger_rule == "all_done"
+    assert finish.upstream_task_ids == {
+        "t.round_1.done",
+        "t.round_2.done",
+        "t.round_2.rescale",
+        "t.round_2.bump",
+        "t.round_2.continue",
+    }
+    assert dag.get_task("t.round_1.decide").downstream_task_ids == {
+        "t.round_1.rescale",
+        "t.round_1.bump",
+        "t.round_1.continue",
+        "t.round_1.done",
+    }
+    # newest state first: round 2 acts read round 1's acts before the submit
+    assert dag.get_task("t.round_2.rescale").state_task_ids == [
+        "t.round_1.rescale",
+        "t.round_1.bump",
+        "t.submit",
+    ]
+    assert dag.get_task("t.plan").retries == 0
+    with pytest.raises(ValueError, match="rounds"):
+        deadline_training(job(), rounds=0)
+
+
+# ------------------------------------------------------------------ watch
+
+
+def status(phase=Phase.RUNNING, steps=0, units=1, **kw):
+    return JobStatus("unit-job-s0", "unit-job", 0, phase, steps, 400, units, **kw)
+
+
+def test_watch_reports_a_decision_only_after_it_held_for_the_dwell_time():
+    from qosflow_airflow.watch import Watcher
+
+    w = Watcher(spec=spec(deadline="PT4M"), workflow="unit-job-s0", hold_s=10.0)
+    events = []
+    for i in range(12):  # 1 step/s on 1 unit: 400 steps need ~400 s > 240 s
+        events.append(w.observe(status(steps=5 * i), now=T0 + 5 * i, free_units=1))
+    first = next(i for i, e in enumerate(events) if e is not None)
+    ev = events[first]
+    assert ev.status == "decision"
+    assert ev.decision.action.value in {"scale_up", "at_risk", "bump"}
+    assert ev.time - w.held_since >= 10.0
+    assert len(ev.samples) == first + 1
+
+
+def test_watch_ends_with_the_pod_message_when_the_workflow_fails():
+    from qosflow_airflow.watch import Watcher
+
+    w = Watcher(spec=spec(), workflow="unit-job-s0", hold_s=1e9)
+    assert w.observe(status(steps=3), now=T0, free_units=1) is None
+    ev = w.observe(status(Phase.FAILED, steps=5, message="OOMKilled"), now=T0 + 5, free_units=1)
+    assert ev.status == "failed"
+    assert "OOMKilled" in ev.message
+    done = Watcher(spec=spec(), workflow="unit-job-s0", end_only=True)
+    ev = done.observe(
+        status(Phase.SUCCEEDED, steps=400, finished_at=T0 + 9), now=T0 + 10, free_units=1
+    )
+    assert ev.status == "done" and ev.finished_at == T0 + 9
+    assert ev.decision.action.value == "done"
+
+
+# ------------------------------------------------------------------ trigger idiom
+
+
+def test_trigger_serialises_to_an_equal_trigger():
+    from qosflow_airflow.triggers.progress import DeadlineProgressTrigger
+
+    t = DeadlineProgressTrigger(
+        state=state().to_dict(), samples=[[T0, 3, 1]], poll_interval=0.0, hold_seconds=4.0
+    )
+    path, kwargs = t.serialize()
+    assert path == "qosflow_airflow.triggers.progress.DeadlineProgressTrigger"
+    json.dumps(kwargs)
+    assert DeadlineProgressTrigger(**kwargs).serialize() == (path, kwargs)
+
+
+def _sensor(**kw):
+    from qosflow_airflow.sensors.progress import DeadlineProgressSensor
+
+    return DeadlineProgressSensor(
+        task_id="watch", state_task_ids=["submit"], poll_interval=0.0, **kw
+    )
+
+
+def _ti(xcoms):
+    ti = mock.MagicMock()
+    ti.xcom_pull.side_effect = lambda task_ids, key="return_value": xcoms.get((task_ids, key))
+    return ti
+
+
+def _defer_and_run(sensor, context):
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from qosflow_airflow.triggers.progress import DeadlineProgressTrigger
+
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(context)
+    assert deferred.value.method_name == "execute_complete"
+    path, kwargs = deferred.value.trigger.serialize()
+    trigger = DeadlineProgressTrigger(**json.loads(json.dumps(kwargs)))  # a new triggerer
+    return asyncio.run(trigger.run().asend(None))
+
+
+def test_defer_serialise_run_execute_complete_done(fake_cluster):
+    fake_cluster.submit(
+        __import__("qosflow_airflow.restart", fromlist=["x"]).submit_request(
+            state(), segment=0, resume=False
+        )
+    )
+    fake_cluster.rate = 10.0  # 400 steps in 40 s of fake time: far ahead, finishes
+    sensor = _sensor(hold_seconds=1e9)
+    context = {"ti": _ti({("submit", "state"): state().to_dict()})}
+    event = _defer_and_run(sensor, context)
+    assert event.payload["status"] == "done"
+    result = sensor.execute_complete(context, event.payload)
+    assert result["decision"]["action"] == "done"
+    assert result["workflow"] == "unit-job-s0"
+
+
+def test_failed_pod_fails_the_sensor_with_the_pod_message_and_nothing_resubmits(fake_cluster):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from qosflow_airflow.restart import submit_request
+
+    fake_cluster.submit(submit_request(state(), segment=0, resume=False))
+    fake_cluster.fail_at_step = 20
+    sensor = _sensor()
+    context = {"ti": _ti({("submit", "state"): state().to_dict()})}
+    event = _defer_and_run(sensor, context)
+    with pytest.raises(AirflowFailException, match="OOMKilled"):
+        sensor.execute_complete(context, event.payload)
+    assert len(fake_cluster.requests) == 1
+
+
+def test_cluster_errors_end_the_trigger_with_an_error_event(fake_cluster):
+    from qosflow_airflow.triggers.progress import DeadlineProgressTrigger
+
+    t = DeadlineProgressTrigger(state=state(workflow="missing-s0").to_dict(), poll_interval=0.0)
+    event = asyncio.run(t.run().asend(None))
+    assert event.payload["status"] == "error"
+    assert "missing-s0" in event.payload["message"]
+
+
+def test_poke_mode_uses_the_same_watch(fake_cluster):
+    from qosflow_airflow.restart import submit_request
+
+    fake_cluster.submit(submit_request(state(), segment=0, resume=False))
+    fake_cluster.rate = 10.0
+    sensor = _sensor(deferrable=False, hold_seconds=1e9)
+    context = {"ti": _ti({("submit", "state"): state().to_dict()})}
+    results = [sensor.poke(context) for _ in range(12)]
+    done = [r for r in results if r.is_done]
+    assert done and done[0].xcom_value["status"] == "done"
+
+
+# ------------------------------------------------------------------ checkpoint-restart
+
+
+def test_restart_stops_before_resubmitting_and_resumes_from_the_checkpoint(fake_cluster):
+    from qosflow_airflow.restart import checkpoint_restart, submit_request
+
+    st = state()
+    fake_cluster.submit(submit_request(st, segment=0, resume=False))
+    for _ in range(4):
+        fake_cluster.status(st.workflow)
+    r = checkpoint_restart(
+        fake_cluster, st, units=2, priority_class="qosflow-high", priority=20, reason="test"
+    )
+    assert r.state.workflow == "unit-job-s1" and r.state.units == 2
+    assert r.resumed_from == fake_cluster.jobs["unit-job-s0"].steps_done > 0
+    assert fake_cluster.requests[-1].resume is True
+    running = [s for s in fake_cluster.list_jobs("unit-job") if not s.phase.finished]
+    assert [s.name for s in running] == ["unit-job-s1"]
+    again = checkpoint_restart(
+        fake_cluster, st, units=2, priority_class="qosflow-high", priority=20, reason="retry"
+    )
+    assert again.status.name == "unit-job-s1"
+    assert len(fake_cluster.requests) == 2  # the retry re-attached
+
+
+def test_restart_refuses_a_stale_checkpoint(fake_cluster):
+    from dataclasses import replace
+
+    from qosflow_airflow.restart import checkpoint_restart, submit_request
+
+    st = state()
+    fake_cluster.submit(submit_request(st, segment=0, resume=False))
+    fake_cluster.status(st.workflow)
+    stale = replace(fake_cluster.jobs[st.workflow], phase=Phase.STOPPED, steps_done=1)
+    with mock.patch.object(fake_cluster, "stop", return_value=stale):
+        with pytest.raises(ClusterError, match="stale checkpoint"):
+            checkpoint_restart(
+                fake_cluster, st, units=2, priority_class="x", priority=1, reason="t"
+            )
+    assert len(fake_cluster.requests) == 1
