@@ -137,7 +137,7 @@ class ArgoApi:
 
     def info(self, **_: Any) -> tuple[int, Any]:
         """``GET /api/v1/info``."""
-        return 200, {"links": None, "navColor": "", "modals": {}}
+        return 200, {}
 
     # -- workflows -----------------------------------------------------------------------------
     def _workflow_or_404(self, ns: str, name: str) -> Obj:

@@ -141,7 +141,7 @@ def apply_fields(obj: dict[str, Any], fields: str | None) -> dict[str, Any]:
     if not fields:
         return obj
     exclude = fields.startswith("-")
-    paths = [p.strip() for p in fields.lstrip("-").split(",") if p.strip()]
+    paths = [p.strip().lstrip("-") for p in fields.split(",") if p.strip().lstrip("-")]
     if exclude:
         for path in paths:
             _drop(obj, path.split("."))

@@ -83,7 +83,8 @@ class Listener:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
         self.httpd.daemon_threads = True
         self._thread = threading.Thread(
-            target=self.httpd.serve_forever, name=f"qosflow-{kind}", daemon=True
+            target=self.httpd.serve_forever,
+            kwargs={"poll_interval": 0.05}, name=f"qosflow-{kind}", daemon=True
         )
 
     @property
