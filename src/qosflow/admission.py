@@ -340,7 +340,7 @@ class _Timeline:
 
     def index(self, t: float) -> int:
         """Index of the last edge at or before ``t``."""
-        return bisect.bisect_right(self.edge_list, t + _EPS * max(1.0, abs(t))) - 1
+        return bisect.bisect_right(self.edge_list, t) - 1
 
     def apply(self, p: _Placement) -> None:
         self.free[p.start : p.end] -= p.alloc
@@ -610,7 +610,10 @@ def _offer(
             hi = mid
         else:
             lo = mid
-    return tl.edge_list[hi] + margin
+    offer = tl.edge_list[hi] + margin
+    while offer - margin < tl.edge_list[hi]:  # the offer's due must not round below the edge
+        offer = math.nextafter(offer, math.inf)
+    return offer
 
 
 def admit(
@@ -650,11 +653,12 @@ def admit(
         raise SpecError("max_utilisation", f"must be in (0, 1] (got {max_utilisation})")
     if new.remaining_steps == 0:
         return Verdict("guaranteed", 0, f"{new.name} has no steps left to run", None)
+    if not math.isfinite(new.deadline):
+        sp = _job(new, capacity, 0).sp
+        first = int(sp.units[1]) if sp.units.size > 1 else 0
+        return Verdict("best_effort", first, f"{new.name} has no deadline to guarantee", None)
     s = _setup(new, admitted, capacity, now, slot_s, max_utilisation)
     fresh = s.fresh
-    if not math.isfinite(new.deadline):
-        first = int(fresh.sp.units[1]) if fresh.top else 0
-        return Verdict("best_effort", first, f"{new.name} has no deadline to guarantee", None)
     if not fresh.top:
         return Verdict(
             "rejected", 0, f"no size of {new.name} fits {capacity} units with a known speed", None

@@ -1,0 +1,430 @@
+"""Admission: guarantees are backed by a valid plan, counter-offers pass, rejections follow the rules."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.optimize import linprog
+
+from qosflow.admission import (
+    Candidate,
+    FillPlan,
+    Verdict,
+    admit,
+    backward_fill,
+    candidate,
+    least_energy,
+    timeline,
+)
+from qosflow.errors import SpecError
+
+NOW = 1_800_000_000.0
+SLOT = 60.0
+PROPS = settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def job(
+    name: str,
+    hours: float,
+    steps: int,
+    *,
+    levels: tuple[int, ...] = (1, 2, 4, 8),
+    t1: float = 1.0,
+    guaranteed: bool = True,
+    running: int = 0,
+    margin: float = 60.0,
+) -> Candidate:
+    """A job whose step time is t1 / n**0.8 (sub-linear speed-up)."""
+    return Candidate(
+        name,
+        NOW + hours * 3600.0,
+        steps,
+        margin,
+        levels,
+        tuple(t1 / n**0.8 for n in levels),
+        guaranteed,
+        running,
+    )
+
+
+# --------------------------------------------------------------------------- an independent checker
+
+
+def rate_at(c: Candidate, units: int) -> float:
+    """Steps per second of ``c`` on ``units`` units: the fastest level that fits in them."""
+    rates = [1.0 / t for n, t in zip(c.levels, c.step_time, strict=True) if n <= units]
+    return max(rates, default=0.0)
+
+
+def check_plan(plan: FillPlan, jobs: list[Candidate], capacity: int) -> None:
+    """The plan is a real schedule: capacity respected, allowed sizes, every job done by its due."""
+    lens = np.diff(plan.edges)
+    total = np.zeros(lens.size, dtype=np.int64)
+    for c in jobs:
+        row = plan.units[c.name]
+        total += row
+        done = 0.0
+        for k, n in enumerate(row):
+            if n == 0:
+                continue
+            pinned = k < plan.pinned_slots and c.running_units > 0
+            assert pinned or int(n) in c.levels, (c.name, k, n)
+            end = min(plan.edges[k + 1], c.due)
+            if not pinned:
+                assert plan.edges[k + 1] <= c.due + 1e-6, (c.name, k)
+            done += rate_at(c, int(n)) * max(end - plan.edges[k], 0.0)
+        assert done >= c.remaining_steps * (1 - 1e-6), (c.name, done, c.remaining_steps)
+    assert (total <= capacity).all()
+
+
+def reference_fill(jobs: list[Candidate], capacity: int, edges: np.ndarray) -> dict[str, int]:
+    """Plain-Python MSS backward fill on the same slot edges (no pins): the share of each job."""
+    free = [capacity] * (len(edges) - 1)
+    shares: dict[str, int] = {}
+    order = sorted(range(len(jobs)), key=lambda i: (jobs[i].due, i))
+    for i in order:
+        c = jobs[i]
+        end = int(np.searchsorted(edges, c.due, side="right")) - 1
+        caps = sorted({n for n in c.levels if n <= capacity})
+        for cap in caps:
+            done, alloc = 0.0, {}
+            for k in range(end - 1, -1, -1):
+                best = max(
+                    (n for n in c.levels if n <= min(cap, free[k]) and rate_at(c, n) > 0),
+                    key=lambda n, c=c: (rate_at(c, n), -n),
+                    default=0,
+                )
+                if best:
+                    alloc[k] = best
+                    done += rate_at(c, best) * (edges[k + 1] - edges[k])
+                if done >= c.remaining_steps * (1 - 1e-9):
+                    break
+            if done >= c.remaining_steps * (1 - 1e-9):
+                for k, n in alloc.items():
+                    free[k] -= n
+                shares[c.name] = cap
+                break
+    return shares
+
+
+def shares_equal(ours: dict[str, int], ref: dict[str, int], jobs: list[Candidate]) -> None:
+    """Equal up to caps with the same speed (the frontier skips levels no faster than smaller ones)."""
+    by_name = {c.name: c for c in jobs}
+    assert set(ours) == set(ref)
+    for name, cap in ours.items():
+        c = by_name[name]
+        assert rate_at(c, cap) == pytest.approx(rate_at(c, ref[name]), rel=1e-12), name
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+@st.composite
+def candidates(draw: st.DrawFn, name: str, guaranteed: bool) -> Candidate:
+    levels = tuple(sorted(draw(st.sets(st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16]), min_size=1))))
+    t1 = draw(st.floats(0.05, 3.0))
+    alpha = draw(st.floats(0.0, 1.0))
+    times = tuple(t1 / n**alpha for n in levels)
+    hours = draw(st.floats(0.05, 8.0))
+    load = draw(st.floats(0.02, 1.3))  # alone at the top level: share of the window it needs
+    steps = max(1, int(load * hours * 3600 / min(times)))
+    margin = draw(st.sampled_from([0.0, 30.0, 300.0]))
+    return Candidate(name, NOW + hours * 3600, steps, margin, levels, times, guaranteed)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[Candidate, list[Candidate], int]:
+    """A new job against jobs guaranteed one by one by admission itself (or drawn at random)."""
+    capacity = draw(st.integers(1, 24))
+    drafts = [draw(candidates(f"a{i}", True)) for i in range(draw(st.integers(0, 8)))]
+    if draw(st.booleans()):
+        admitted = drafts  # arbitrary, possibly overloaded
+    else:
+        admitted = []
+        for c in drafts:
+            if admit(c, admitted, capacity=capacity, now=NOW, slot_s=SLOT).kind == "guaranteed":
+                admitted.append(c)
+    new = draw(candidates("new", False))
+    return new, admitted, capacity
+
+
+def alone_time(c: Candidate, capacity: int) -> float:
+    """Seconds ``c`` needs alone on the whole cluster at its fastest level."""
+    fits = [t for n, t in zip(c.levels, c.step_time, strict=True) if n <= capacity]
+    return c.remaining_steps * min(fits) if fits else math.inf
+
+
+def alone_feasible(c: Candidate, capacity: int, until: float) -> bool:
+    return alone_time(c, capacity) <= until - NOW
+
+
+def borderline(c: Candidate, capacity: int, until: float) -> bool:
+    """Within float noise of just fitting: either answer is right."""
+    return math.isclose(alone_time(c, capacity), until - NOW, rel_tol=1e-7)
+
+
+def with_deadline(c: Candidate, deadline: float) -> Candidate:
+    return Candidate(
+        c.name, deadline, c.remaining_steps, c.margin, c.levels, c.step_time, c.guaranteed
+    )
+
+
+# --------------------------------------------------------------------------- properties
+
+
+@PROPS
+@given(scenarios())
+def test_a_guarantee_is_backed_by_a_fill_that_succeeds(
+    sc: tuple[Candidate, list[Candidate], int],
+) -> None:
+    new, admitted, capacity = sc
+    verdict = admit(new, admitted, capacity=capacity, now=NOW, slot_s=SLOT)
+    if verdict.kind != "guaranteed":
+        return
+    kept = [c for c in admitted if c.name not in verdict.at_risk] + [new]
+    plan = backward_fill(kept, capacity=capacity, now=NOW, slot_s=SLOT)
+    assert plan.ok, plan.failed
+    check_plan(plan, kept, capacity)
+    assert verdict.units == plan.shares["new"]
+    assert verdict.units in new.levels
+
+
+@PROPS
+@given(scenarios())
+def test_the_fill_matches_a_plain_python_reference(
+    sc: tuple[Candidate, list[Candidate], int],
+) -> None:
+    new, admitted, capacity = sc
+    jobs = [*admitted, new]
+    plan = backward_fill(jobs, capacity=capacity, now=NOW, slot_s=SLOT)
+    shares_equal(dict(plan.shares), reference_fill(jobs, capacity, plan.edges), jobs)
+    placed = [c for c in jobs if c.name in plan.shares]
+    check_plan(plan, placed, capacity)
+
+
+@PROPS
+@given(scenarios(), st.sampled_from(["run_best_effort", "reject"]))
+def test_the_counter_offer_passes_the_test(
+    sc: tuple[Candidate, list[Candidate], int], policy: str
+) -> None:
+    new, admitted, capacity = sc
+    verdict = admit(new, admitted, capacity=capacity, now=NOW, if_not_guaranteed=policy)
+    if verdict.kind == "guaranteed":
+        assert verdict.counter_offer is None
+        return
+    if verdict.counter_offer is None:
+        assert verdict.at_risk or math.isinf(alone_time(new, capacity))
+        return
+    assert verdict.counter_offer > new.deadline
+    again = admit(
+        with_deadline(new, verdict.counter_offer),
+        admitted,
+        capacity=capacity,
+        now=NOW,
+        if_not_guaranteed=policy,
+    )
+    assert again.kind == "guaranteed", again.reason
+
+
+@PROPS
+@given(scenarios(), st.sampled_from(["run_best_effort", "reject"]))
+def test_rejected_only_when_hopeless_alone_or_the_policy_says_so(
+    sc: tuple[Candidate, list[Candidate], int], policy: str
+) -> None:
+    new, admitted, capacity = sc
+    verdict = admit(new, admitted, capacity=capacity, now=NOW, if_not_guaranteed=policy)
+    if borderline(new, capacity, new.deadline):
+        return
+    hopeless = not alone_feasible(new, capacity, new.deadline)
+    if verdict.kind == "rejected":
+        assert hopeless or policy == "reject"
+        assert verdict.units == 0
+    elif verdict.kind == "best_effort":
+        assert policy == "run_best_effort" and not hopeless
+        assert verdict.units in new.levels
+    if hopeless:
+        assert verdict.kind == "rejected"
+
+
+@PROPS
+@given(candidates("new", False), st.integers(1, 24))
+def test_alone_a_job_is_guaranteed_exactly_when_it_fits_before_deadline_minus_margin(
+    new: Candidate, capacity: int
+) -> None:
+    verdict = admit(new, [], capacity=capacity, now=NOW)
+    if not borderline(new, capacity, new.due):
+        assert (verdict.kind == "guaranteed") == alone_feasible(new, capacity, new.due)
+
+
+@PROPS
+@given(
+    st.lists(st.tuples(st.integers(1, 16), st.floats(0.1, 5.0)), min_size=1, max_size=6),
+    st.floats(1.0, 5000.0),
+    st.floats(10.0, 5000.0),
+)
+def test_least_energy_is_the_lp_optimum(
+    points: list[tuple[int, float]], steps: float, window: float
+) -> None:
+    table = dict(points)
+    levels = tuple(sorted(table))
+    times = tuple(table[n] for n in levels)
+    got = least_energy(levels, times, steps, window)
+    rates = [1.0 / t for t in times]
+    res = linprog(
+        c=list(levels), A_ub=[[-r for r in rates], [1.0] * len(levels)], b_ub=[-steps, window]
+    )
+    if res.status == 2:  # infeasible
+        assert math.isinf(got)
+    else:
+        assert got == pytest.approx(res.fun, rel=1e-6)
+
+
+# --------------------------------------------------------------------------- examples
+
+
+def test_a_job_that_fits_is_guaranteed_at_its_minimal_share() -> None:
+    # 3600 steps at 1 s/step on 1 unit; 2 h to go: one unit suffices.
+    verdict = admit(job("new", 2, 3600, guaranteed=False), [], capacity=8, now=NOW)
+    assert verdict.kind == "guaranteed"
+    assert verdict.units == 1
+    assert verdict.counter_offer is None
+    assert verdict.shares == {"new": 1}
+
+
+def test_a_job_that_would_break_a_guaranteed_one_runs_best_effort_with_a_counter_offer() -> None:
+    # Capacity 4. "a" needs the whole cluster for the last 2 hours before its deadline.
+    steps_a = int(2 * 3600 / (1 / 4**0.8))
+    a = job("a", 4, steps_a, levels=(4,), margin=0.0)
+    # "new" needs 2.5 h on all 4 units and is due in 3 h: it cannot fit next to "a".
+    new = job("new", 3, int(2.5 * 3600 * 4**0.8), levels=(1, 2, 4), guaranteed=False, margin=0.0)
+    verdict = admit(new, [a], capacity=4, now=NOW)
+    assert verdict.kind == "best_effort"
+    assert (
+        "miss" in verdict.reason or "no share" in verdict.reason or "unit-hours" in verdict.reason
+    )
+    assert verdict.units == 4  # alone it would need all 4 units to make 3 h
+    # Earliest passing deadline: after "a", with 2 h before 2 h and 0.5 h after: 4.5 h.
+    assert verdict.counter_offer is not None
+    assert NOW + 4.5 * 3600 <= verdict.counter_offer <= NOW + 4.5 * 3600 + 2 * SLOT
+    again = admit(with_deadline(new, verdict.counter_offer), [a], capacity=4, now=NOW)
+    assert again.kind == "guaranteed"
+
+
+def test_reject_policy_and_hopeless_jobs_are_rejected() -> None:
+    new = job("new", 1, 100_000, guaranteed=False)  # needs ~5.5 h at 8 units
+    verdict = admit(new, [], capacity=8, now=NOW)
+    assert verdict.kind == "rejected"
+    assert "even alone" in verdict.reason
+    assert verdict.counter_offer is not None and verdict.counter_offer > new.deadline
+    a = job("a", 1, int(3600 / (1 / 8**0.8)) - 10, margin=0.0)
+    tight = job("new", 1, 1800, guaranteed=False, margin=0.0)
+    assert admit(tight, [a], capacity=8, now=NOW, if_not_guaranteed="reject").kind == "rejected"
+    assert admit(tight, [a], capacity=8, now=NOW).kind == "best_effort"
+
+
+def test_running_guaranteed_jobs_keep_their_units_now() -> None:
+    running = job("r", 6, 10_000, running=6)
+    verdict = admit(job("new", 6, 1000, guaranteed=False), [running], capacity=8, now=NOW)
+    assert verdict.kind == "guaranteed"
+    assert verdict.reservations["r"] == 6
+    plan = backward_fill([running], capacity=8, now=NOW)
+    assert plan.pinned_slots >= 1
+    assert (plan.units["r"][: plan.pinned_slots] == 6).all()
+
+
+def test_hopeless_guaranteed_jobs_are_reported_and_do_not_block() -> None:
+    late = job("late", 0.01, 1_000_000)
+    verdict = admit(job("new", 2, 100, guaranteed=False), [late], capacity=8, now=NOW)
+    assert verdict.kind == "guaranteed"
+    assert verdict.at_risk == ("late",)
+
+
+def test_best_effort_and_done_jobs() -> None:
+    forever = Candidate("bg", math.inf, 100, 0.0, (2, 4), (1.0, 0.6))
+    assert admit(forever, [], capacity=8, now=NOW).kind == "best_effort"
+    done = job("done", 1, 0, guaranteed=False)
+    assert admit(done, [], capacity=8, now=NOW).kind == "guaranteed"
+
+
+def test_verdict_round_trips_through_json_form() -> None:
+    v = admit(job("new", 0.2, 100_000, guaranteed=False), [job("a", 3, 5000)], capacity=8, now=NOW)
+    assert Verdict.from_dict(v.to_dict()) == v
+
+
+def test_timeline_is_fine_first_then_coarse_and_keeps_marks() -> None:
+    edges = timeline(NOW, NOW + 3 * 86400, SLOT, [NOW + 12_345.5])
+    lens = np.diff(edges)
+    assert edges[0] == NOW and edges[-1] >= NOW + 3 * 86400
+    assert (lens[:200] == SLOT).all()
+    assert lens.max() > 8 * SLOT
+    assert NOW + 12_345.5 in edges
+    assert len(edges) < 1500
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"levels": ()}, "levels"),
+        ({"levels": (2, 1)}, "levels"),
+        ({"step_time": (1.0,)}, "step_time"),
+        ({"step_time": (1.0, 0.0)}, "step_time"),
+        ({"remaining_steps": -1}, "remaining_steps"),
+        ({"margin": -1.0}, "margin"),
+        ({"deadline": math.nan}, "deadline"),
+        ({"running_units": -2}, "running_units"),
+    ],
+)
+def test_bad_candidates_name_the_field(kwargs: dict[str, object], field: str) -> None:
+    base: dict[str, object] = {
+        "name": "x",
+        "deadline": NOW + 10,
+        "remaining_steps": 1,
+        "margin": 0.0,
+        "levels": (1, 2),
+        "step_time": (1.0, 0.5),
+    }
+    with pytest.raises(SpecError) as err:
+        Candidate(**(base | kwargs))  # type: ignore[arg-type]
+    assert err.value.field.endswith(field)
+
+
+def test_bad_admission_arguments_raise_spec_errors() -> None:
+    new = job("new", 1, 10)
+    with pytest.raises(SpecError, match="capacity"):
+        admit(new, [], capacity=0, now=NOW)
+    with pytest.raises(SpecError, match="if_not_guaranteed"):
+        admit(new, [], capacity=4, now=NOW, if_not_guaranteed="maybe")
+    with pytest.raises(SpecError, match="slot_s"):
+        admit(new, [], capacity=4, now=NOW, slot_s=0.0)
+
+
+def test_candidate_from_spec_and_belief() -> None:
+    from datetime import UTC, datetime
+
+    from qosflow.predict import oracle_belief
+    from qosflow.spec import load_job
+    from qosflow.speed import TableCurve
+
+    start = datetime.fromtimestamp(NOW, UTC)
+    spec = load_job(
+        {
+            "name": "ctr",
+            "total_steps": 1000,
+            "deadline": "PT2H",
+            "resources": {"max": 8, "levels": [1, 2, 4, 8]},
+        },
+        now=start,
+    )
+    belief = oracle_belief(TableCurve({1: 1.0, 2: 1.9, 4: 3.5, 8: 3.0}), spec.resources.levels)
+    c = candidate(spec, belief, steps_done=400, now=NOW, running_units=2, guaranteed=True)
+    assert c.remaining_steps == 600
+    assert c.levels == (1, 2, 4)  # capped at the knee
+    assert c.step_time == pytest.approx((1.0, 1 / 1.9, 1 / 3.5))
+    assert c.margin == pytest.approx(0.05 * 7200)
+    assert c.deadline == pytest.approx(NOW + 7200)
