@@ -3,7 +3,8 @@
 For fast deterministic tests the local cluster takes a :class:`ScriptedRunner`. A scripted pod
 advances ``rate(cpus)`` steps per second of (virtual) time between polls, writes ``N/M`` to its
 ``ARGO_PROGRESS_FILE`` like a real trainer, exits 0 at ``M``, and on SIGTERM exits after
-``term_exit_s`` seconds (or ignores it when ``None``, so only the grace-period SIGKILL ends it).
+``term_exit_s`` seconds without further progress (a checkpoint), or ignores it when ``None`` so only
+the grace-period SIGKILL ends it.
 The total ``M`` is taken from the script, else from the pod's ``QOSFLOW_TOTAL_STEPS`` variable or a
 ``--steps`` argument.
 """
@@ -96,7 +97,9 @@ class ScriptedProcess:
             return self.exit_code
         elapsed = max(0.0, now - self.last)
         self.last = now
-        self.steps = min(float(self.total), self.steps + self.script.rate(self.cpus) * elapsed)
+        checkpointing = self.term_at is not None and self.script.term_exit_s is not None
+        if not checkpointing:
+            self.steps = min(float(self.total), self.steps + self.script.rate(self.cpus) * elapsed)
         fail = self.script.fail_at_step
         if fail is not None and self.steps >= fail:
             self.steps = float(fail)

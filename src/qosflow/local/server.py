@@ -84,7 +84,9 @@ class Listener:
         self.httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self.httpd.serve_forever,
-            kwargs={"poll_interval": 0.05}, name=f"qosflow-{kind}", daemon=True
+            kwargs={"poll_interval": 0.05},
+            name=f"qosflow-{kind}",
+            daemon=True,
         )
 
     @property
