@@ -136,6 +136,8 @@ class JobSpec:
         dwell_seconds: Minimum time between two rescales, and how long a decision must hold.
         image: Container image of the training step.
         command: Command of the training step (the reference trainer by default).
+        step_seconds_estimate: The user's estimate of seconds per step at ``resources.min`` units,
+            used only while neither history nor progress is known (``None``: probe first).
     """
 
     name: str
@@ -151,6 +153,7 @@ class JobSpec:
     dwell_seconds: float
     image: str
     command: tuple[str, ...]
+    step_seconds_estimate: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +227,7 @@ class JobModel(_Strict):
     dwell_seconds: float = Field(default=60.0, ge=0, allow_inf_nan=False)
     image: str = Field(default="python:3.11-slim", min_length=1)
     command: list[str] = Field(default_factory=lambda: ["python", "-m", "qosflow.trainer"])
+    step_seconds_estimate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @field_validator("name")
     @classmethod
@@ -292,6 +296,7 @@ class JobModel(_Strict):
             dwell_seconds=self.dwell_seconds,
             image=self.image,
             command=tuple(self.command),
+            step_seconds_estimate=self.step_seconds_estimate,
         )
 
 

@@ -1,0 +1,192 @@
+"""Planning and replay: the core functions composed the way every front end uses them.
+
+``plan_job`` is what the CLI's ``qosflow plan`` and the Airflow ``PlanTrainingOperator`` call:
+history prior → speed fit → belief → admission against the jobs already guaranteed → initial size,
+priority class and the deadline-derived schedule. ``replay_progress`` feeds a progress log through
+the decision function, the same call the Airflow sensor's trigger makes on live progress.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from qosflow.admission import Candidate, Verdict, admit, candidate
+from qosflow.decide import Decision, JobSnapshot, decide, margin_for
+from qosflow.predict import Belief, Calibration, Prediction, belief_from_fit, predict, schedule
+from qosflow.priority import argo_priority, classify, laxity
+from qosflow.spec import JobSpec
+from qosflow.speed import ProgressSample, SpeedModel, fit, pessimistic_prior
+
+
+def belief_for(
+    job: JobSpec,
+    samples: Sequence[ProgressSample] = (),
+    *,
+    prior: SpeedModel | None = None,
+    calibration: Calibration | None = None,
+) -> Belief:
+    """Fit the job's speed from its progress samples (and prior) and turn it into a belief.
+
+    Without a history prior, the user's ``step_seconds_estimate`` shapes a pessimistic default; with
+    neither, nothing is known until the first steady progress window (every step time infinite).
+    """
+    if prior is None and job.step_seconds_estimate is not None:
+        prior = pessimistic_prior(
+            job.resources.per_node, step_time=job.step_seconds_estimate, units=job.resources.min
+        )
+    result = fit(samples, node_size=job.resources.per_node, prior=prior)
+    return belief_from_fit(result, job.resources.levels, calibration or Calibration())
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The outcome of planning one job.
+
+    Attributes:
+        job: Job name.
+        verdict: Admission verdict (kind, initial units, reason, counter-offer).
+        prediction: Finish times at the initial size.
+        priority_class: PriorityClass name for the first segment.
+        priority: Argo ``spec.priority`` (EDF rank).
+        schedule: ``(time, steps that must be done by then)`` at the initial size.
+        candidate: The job as admission saw it (to pass on as an admitted job).
+    """
+
+    job: str
+    verdict: Verdict
+    prediction: Prediction
+    priority_class: str
+    priority: int
+    schedule: list[tuple[float, int]] = field(default_factory=list)
+    candidate: Candidate | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (XCom, workflow annotation)."""
+        return {
+            "job": self.job,
+            "verdict": self.verdict.to_dict(),
+            "units": self.verdict.units,
+            "median_finish": self.prediction.median_finish,
+            "conservative_finish": self.prediction.conservative_finish,
+            "priority_class": self.priority_class,
+            "priority": self.priority,
+            "schedule": [[t, s] for t, s in self.schedule],
+        }
+
+
+def plan_job(
+    job: JobSpec,
+    *,
+    capacity: int,
+    now: float,
+    admitted: Sequence[Candidate] = (),
+    samples: Sequence[ProgressSample] = (),
+    prior: SpeedModel | None = None,
+    calibration: Calibration | None = None,
+) -> Plan:
+    """Admit and size a job that has not started yet.
+
+    Args:
+        job: The validated job.
+        capacity: Units of the job's kind in the whole cluster.
+        now: Current time (epoch seconds).
+        admitted: Jobs already guaranteed (their remaining work and deadlines).
+        samples: Progress already observed for this job (usually none).
+        prior: Speed model from history (``HistoryStore.prior``), or ``None`` for the default.
+        calibration: Conformal calibration from history, or ``None`` for the default factor.
+
+    Returns:
+        The plan: verdict, initial size, prediction, priority and schedule.
+    """
+    belief = belief_for(job, samples, prior=prior, calibration=calibration)
+    cand = candidate(job, belief, steps_done=0, now=now)
+    verdict = admit(
+        cand, admitted, capacity=capacity, now=now, if_not_guaranteed=job.if_not_guaranteed
+    )
+    units = verdict.units if verdict.units in job.resources.levels else job.resources.min
+    pred = predict(
+        belief, now=now, steps_done=0, total_steps=job.total_steps, units=units, current_units=units
+    )
+    # Laxity is measured at the knee (the fastest the job can go): the minimal share finishes just
+    # before the deadline by construction, so laxity at it would call every guaranteed job urgent.
+    fastest = predict(
+        belief,
+        now=now,
+        steps_done=0,
+        total_steps=job.total_steps,
+        units=belief.knee,
+        current_units=units,
+    )
+    lax = laxity(
+        now=now,
+        deadline=job.deadline,
+        submitted_at=job.submitted_at,
+        conservative_finish=min(fastest.conservative_finish, pred.conservative_finish),
+    )
+    klass = classify(
+        lax, guaranteed=verdict.kind == "guaranteed", hopeless=verdict.kind == "rejected"
+    )
+    plan_schedule = schedule(
+        belief,
+        start=now,
+        steps_done=0,
+        total_steps=job.total_steps,
+        units=units,
+        deadline=job.deadline,
+        margin=margin_for(job, now),
+        points=12,
+    )
+    return Plan(
+        job=job.name,
+        verdict=verdict,
+        prediction=pred,
+        priority_class=klass.name,
+        priority=argo_priority(deadline=job.deadline, now=now, klass=klass),
+        schedule=plan_schedule,
+        candidate=cand,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayStep:
+    """One progress report and the decision taken on it."""
+
+    time: float
+    steps: int
+    units: int
+    decision: Decision
+
+
+def replay_progress(
+    job: JobSpec,
+    rows: Sequence[tuple[float, int, int]],
+    *,
+    free_units: int = 0,
+    every: int = 1,
+    prior: SpeedModel | None = None,
+    calibration: Calibration | None = None,
+) -> Iterator[ReplayStep]:
+    """Feed ``(time, steps_done, units)`` reports through the decision function, in order.
+
+    A change of ``units`` between reports counts as a rescale (for the dwell rule).
+    """
+    samples: list[ProgressSample] = []
+    last_rescale: float | None = None
+    for i, (when, steps, units) in enumerate(rows):
+        if samples and units != samples[-1].units:
+            last_rescale = when
+        samples.append(ProgressSample(when, steps, units))
+        if i % max(every, 1) and i != len(rows) - 1:
+            continue
+        belief = belief_for(job, samples, prior=prior, calibration=calibration)
+        snap = JobSnapshot(
+            spec=job,
+            now=when,
+            steps_done=steps,
+            units=units,
+            queued=False,
+            last_rescale_at=last_rescale,
+        )
+        yield ReplayStep(when, steps, units, decide(snap, belief, free_units=free_units))
