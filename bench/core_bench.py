@@ -10,6 +10,8 @@ target and the ratio value / target.
   predicts the finish at the current size; the error is |predicted - actual| / actual remaining
   time. Coverage is the share of streams finishing by the conservative finish; the conformal
   factor is learnt on one half of the streams and checked on the other half.
+* Extrapolation: fitted on one size only, the step time one level up (where the probe rule lets a
+  job go next): how often the conservative step time is at least the truth, and the median's bias.
 * Cost: fit + belief + decide for one job on its progress at half-way (median of all streams), and
   ``qosflow.admission.admit`` of one job against 1,000 and 10,000 guaranteed jobs.
 
@@ -19,6 +21,7 @@ Traces: ``$QOSFLOW_SHARED`` or ``<repo>/../shared``.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import os
 import statistics
@@ -190,6 +193,25 @@ def covered(o: Outcome, cal: Calibration) -> bool:
     return o.actual <= p.conservative_finish
 
 
+def probe_report(curves: list[Curve], rng: np.random.Generator) -> None:
+    """Extrapolation one level up from a single observed size (what the probe rule allows)."""
+    covers, errors = [], []
+    for c in curves:
+        levels = sorted(c.table)
+        top = knee(TableCurve(c.table), levels)
+        for n, m in itertools.pairwise([k for k in levels if k <= top]):
+            s = make_stream(c, [(n, 600)], rng)
+            belief = belief_from_fit(
+                fit(samples_until(s, 600), node_size=NODE, rng=rng), levels, Calibration()
+            )
+            truth = 1.0 / c.table[m]
+            covers.append(belief.conservative.step_time(m) >= truth)
+            errors.append(belief.median.step_time(m) / truth - 1.0)
+    print(f"probe_cases: {len(covers)}")
+    print(f"probe_conservative_coverage: {float(np.mean(covers)):.4f}")
+    print(f"probe_median_signed_error_p50: {float(np.median(errors)):.4f}")
+
+
 def spec_for(s: Stream) -> JobSpec:
     levels = sorted(s.curve.table)
     duration = float(s.finish[-1] - s.start)
@@ -323,6 +345,7 @@ def main() -> None:
     print(f"conformal_factor: {cal.factor:.4f}")
     print(f"conformal_pairs: {cal.n}")
     print(f"conservative_coverage_default_factor: {default_cov:.4f}")
+    probe_report(curves, rng)
     ms, cpu_ms, n_samples = decide_ms(streams, rng)
     print(f"decide_samples_per_job: {n_samples:.0f}")
     report("decide_ms_p50", ms, 2.0)
