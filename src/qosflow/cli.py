@@ -88,7 +88,7 @@ def _plan(args: argparse.Namespace) -> int:
         "deadline",
         "priority class",
     ):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
     pred = result.prediction
     table.add_row(
         f"{verdict.units} {job.resources.unit}",

@@ -8,6 +8,7 @@ the decision function, the same call the Airflow sensor's trigger makes on live 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,9 +103,19 @@ def plan_job(
     """
     belief = belief_for(job, samples, prior=prior, calibration=calibration)
     cand = candidate(job, belief, steps_done=0, now=now)
-    verdict = admit(
-        cand, admitted, capacity=capacity, now=now, if_not_guaranteed=job.if_not_guaranteed
-    )
+    if all(math.isinf(t) for t in cand.step_time):
+        verdict = Verdict(
+            "best_effort",
+            job.resources.min,
+            f"no speed is known for {job.key} yet (no history, no progress, no "
+            f"step_seconds_estimate): starting at {job.resources.min} {job.resources.unit} to "
+            "measure it; the deadline is not guaranteed until it has been measured",
+            None,
+        )
+    else:
+        verdict = admit(
+            cand, admitted, capacity=capacity, now=now, if_not_guaranteed=job.if_not_guaranteed
+        )
     units = verdict.units if verdict.units in job.resources.levels else job.resources.min
     pred = predict(
         belief, now=now, steps_done=0, total_steps=job.total_steps, units=units, current_units=units

@@ -1,0 +1,127 @@
+"""The ``qosflow`` CLI: plan and replay on the shipped examples; bad input is one ``error:`` line, exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from qosflow.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+NOW = "2026-11-29T22:00:00+00:00"
+
+
+def test_plan_prints_verdict_size_finish_times_and_schedule(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(
+        [
+            "plan",
+            str(EXAMPLES / "ctr-nightly.yaml"),
+            "--cluster",
+            str(EXAMPLES / "cluster.yaml"),
+            "--now",
+            NOW,
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "ctr-nightly: guaranteed" in out
+    assert "median finish" in out and "conservative finish" in out
+    assert "2026-11-30 06:00:00 UTC" in out  # the deadline
+    assert "20000" in out  # the schedule ends at the total steps
+
+
+def test_plan_without_any_speed_information_probes_instead_of_promising(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = (
+        (EXAMPLES / "ctr-nightly.yaml")
+        .read_text()
+        .replace("step_seconds_estimate", "# step_seconds_estimate")
+    )
+    (tmp_path / "job.yaml").write_text(spec)
+    assert main(["plan", str(tmp_path / "job.yaml"), "--cluster", "4x8", "--now", NOW]) == 0
+    out = capsys.readouterr().out
+    assert "best_effort" in out and "no speed is known" in out
+
+
+def test_replay_prints_one_decision_per_report(capsys: pytest.CaptureFixture[str]) -> None:
+    progress = EXAMPLES / "ctr-nightly-progress.csv"
+    code = main(
+        ["replay", str(EXAMPLES / "ctr-nightly.yaml"), str(progress), "--now", NOW, "--every", "10"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    reports = len(progress.read_text().splitlines()) - 1
+    assert f"{reports} progress reports" in out
+    decisions = [
+        w for w in ("on_track", "scale_up", "scale_down", "bump", "at_risk", "done") if w in out
+    ]
+    assert decisions, out
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["plan", "missing.yaml", "--cluster", "4x8"], "cannot read job spec file"),
+        (
+            ["plan", "examples/ctr-nightly.yaml", "--cluster", "4x8", "--now", "yesterday"],
+            "--now: must be an ISO-8601",
+        ),
+        (
+            [
+                "plan",
+                "examples/ctr-nightly.yaml",
+                "--cluster",
+                "4x8",
+                "--now",
+                "2026-11-29T22:00:00",
+            ],
+            "--now: must be timezone-aware",
+        ),
+        (
+            ["plan", "examples/ctr-nightly.yaml", "--cluster", "0x8", "--now", NOW],
+            "nodes: must be >= 1",
+        ),
+    ],
+)
+def test_bad_input_is_one_error_line_and_exit_code_2(args: list[str], needle: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "qosflow.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_progress_row_names_file_line_and_column(tmp_path: Path) -> None:
+    bad = tmp_path / "progress.csv"
+    bad.write_text("time,steps,units\n10,5,1\n20,lots,1\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "qosflow.cli",
+            "replay",
+            str(EXAMPLES / "ctr-nightly.yaml"),
+            str(bad),
+            "--now",
+            NOW,
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: {bad}:3:steps: must be an integer")
