@@ -26,6 +26,23 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie child is reaped and counts as gone)."""
+    with contextlib.suppress(ChildProcessError):
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] != "Z"
+    return True
+
+
 def read_info(state_dir: Path) -> dict[str, Any] | None:
     """The daemon's ``cluster.json`` when its process is alive, else ``None``."""
     path = state_dir / INFO_FILE
@@ -34,12 +51,10 @@ def read_info(state_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     try:
-        os.kill(int(info["pid"]), 0)
-    except (ProcessLookupError, KeyError, ValueError):
+        pid = int(info["pid"])
+    except (KeyError, ValueError):
         return None
-    except PermissionError:
-        return info
-    return info
+    return info if _alive(pid) else None
 
 
 def write_info(state_dir: Path, info: dict[str, Any]) -> None:
@@ -116,9 +131,7 @@ def down(args: argparse.Namespace) -> int:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not _alive(pid):
             print(f"stopped the local cluster (pid {pid})")
             return 0
         time.sleep(0.1)
