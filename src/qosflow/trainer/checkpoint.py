@@ -1,4 +1,4 @@
-"""Checksummed, atomically written checkpoints, newest valid one first.
+r"""Checksummed, atomically written checkpoints, newest valid one first.
 
 File ``ckpt-<step, 10 digits>.qfck`` = magic ``QOSFLOWCKPT1\\n`` + 8-byte little-endian payload
 length + 32-byte SHA-256 of the payload + payload (an ``.npz`` of the arrays plus a ``__meta__``
@@ -65,7 +65,8 @@ def encode(step: int, arrays: Arrays, meta: Mapping[str, Any]) -> bytes:
     """Serialise a checkpoint to bytes (header + checksummed npz payload)."""
     buf = io.BytesIO()
     blob = json.dumps({**meta, "step": step}, sort_keys=True).encode()
-    np.savez(buf, **dict(arrays), **{_META_KEY: np.frombuffer(blob, dtype=np.uint8)})
+    entries: dict[str, Any] = {**arrays, _META_KEY: np.frombuffer(blob, dtype=np.uint8)}
+    np.savez(buf, **entries)
     payload = buf.getvalue()
     return MAGIC + _HEADER.pack(len(payload), hashlib.sha256(payload).digest()) + payload
 

@@ -33,18 +33,22 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("total_steps", "QOSFLOW_TOTAL_STEPS", "1000", "total optimizer steps M"),
-    Option("batch_size", "QOSFLOW_BATCH_SIZE", "256", "examples per step"),
+    Option("batch_size", "QOSFLOW_BATCH_SIZE", "1024", "examples per step"),
     Option("seed", "QOSFLOW_SEED", "0", "seed of data, teacher and initial weights"),
     Option("checkpoint_dir", "QOSFLOW_CHECKPOINT_DIR", ".qosflow/checkpoints", "checkpoint dir"),
-    Option("checkpoint_every", "QOSFLOW_CHECKPOINT_EVERY", "100", "checkpoint every K steps (0: off)"),
+    Option(
+        "checkpoint_every", "QOSFLOW_CHECKPOINT_EVERY", "100", "checkpoint every K steps (0: off)"
+    ),
     Option("resume", "QOSFLOW_RESUME", "auto", "auto | true | false"),
-    Option("width", "QOSFLOW_WIDTH", "1024", "hidden units per layer (step cost ~ width^2)"),
+    Option("width", "QOSFLOW_WIDTH", "512", "hidden units per layer (step cost ~ width^2)"),
     Option("depth", "QOSFLOW_DEPTH", "3", "hidden layers"),
-    Option("input_dim", "QOSFLOW_INPUT_DIM", "512", "input features"),
+    Option("input_dim", "QOSFLOW_INPUT_DIM", "256", "input features"),
     Option("lr", "QOSFLOW_LR", "0.01", "learning rate"),
     Option("cpu_check_every", "QOSFLOW_CPU_CHECK_EVERY", "5", "re-read allowed CPUs every N steps"),
     Option("keep_checkpoints", "QOSFLOW_KEEP_CHECKPOINTS", "3", "checkpoints kept on disk"),
-    Option("log_every", "QOSFLOW_LOG_EVERY", "0", "JSON step event on stderr every N steps (0: off)"),
+    Option(
+        "log_every", "QOSFLOW_LOG_EVERY", "0", "JSON step event on stderr every N steps (0: off)"
+    ),
     Option("progress_file", PROGRESS_ENV, None, "progress file (Argo sets it)"),
     Option("cgroup_cpu_max", "QOSFLOW_CGROUP_CPU_MAX", None, "cpu.max file to read (default: own)"),
 )

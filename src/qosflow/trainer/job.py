@@ -85,7 +85,9 @@ class TrainingJob:
         ckpt = latest.checkpoint
         if ckpt is None:
             if cfg.resume == "true":
-                raise SpecError("resume (QOSFLOW_RESUME)", f"no valid checkpoint in {cfg.checkpoint_dir}")
+                raise SpecError(
+                    "resume (QOSFLOW_RESUME)", f"no valid checkpoint in {cfg.checkpoint_dir}"
+                )
             return _State(0, init_params(cfg.shape, cfg.seed)), None
         stored = {k: ckpt.meta.get(k) for k in cfg.fingerprint()}
         if stored != cfg.fingerprint():
@@ -112,7 +114,9 @@ class TrainingJob:
     def _follow_cpus(self, step: int) -> None:
         threads = self.follower.check()
         if threads is not None:
-            emit(self.stderr, "threads", step=step, threads=threads, pools=self.follower.pool_sizes())
+            emit(
+                self.stderr, "threads", step=step, threads=threads, pools=self.follower.pool_sizes()
+            )
 
     def run(self) -> int:
         """Train to ``total_steps`` (or until SIGTERM) and return the exit code."""
@@ -140,8 +144,7 @@ class TrainingJob:
             handler.uninstall()
         self._save(state)
         progress.update(state.step, force=True)
-        result = {
-            "event": "done",
+        result: dict[str, Any] = {
             "steps": state.step,
             "loss": loss(state.params, self.task.eval_x, self.task.eval_y),
             "seed": cfg.seed,
@@ -149,8 +152,10 @@ class TrainingJob:
             "seconds": round(self.clock() - started, 3),
         }
         cfg.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        (cfg.checkpoint_dir / RESULT_FILE).write_text(json.dumps(result, sort_keys=True) + "\n")
-        emit(self.stdout, **result)
+        (cfg.checkpoint_dir / RESULT_FILE).write_text(
+            json.dumps({"event": "done", **result}, sort_keys=True) + "\n"
+        )
+        emit(self.stdout, "done", **result)
         return EXIT_OK
 
     def _loop(self, state: _State, progress: ProgressFile, critical: Callable[[], Any]) -> None:

@@ -14,6 +14,7 @@ sees.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +39,8 @@ class ModelShape:
         teacher_width: Hidden units of the teacher that generates the targets.
     """
 
-    input_dim: int = 512
-    width: int = 1024
+    input_dim: int = 256
+    width: int = 512
     depth: int = 3
     output_dim: int = 16
     teacher_width: int = 32
@@ -81,18 +82,13 @@ def init_params(shape: ModelShape, seed: int) -> Params:
     rng = np.random.default_rng([seed, _INIT])
     dims = [shape.input_dim] + [shape.width] * shape.depth + [shape.output_dim]
     params: Params = {}
-    for i, (fan_in, fan_out) in enumerate(_pairs(dims)):
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(dims)):
         scale = np.sqrt(2.0 / fan_in) if i < shape.depth else np.sqrt(1.0 / fan_in)
         params[f"w{i}"] = rng.standard_normal((fan_in, fan_out)) * scale
         params[f"b{i}"] = np.zeros(fan_out)
     for name in list(params):
         params[f"v_{name}"] = np.zeros_like(params[name])
     return params
-
-
-def _pairs(dims: list[int]) -> list[tuple[int, int]]:
-    """Consecutive pairs ``(dims[i], dims[i + 1])``."""
-    return list(zip(dims[:-1], dims[1:], strict=True))
 
 
 def _layers(params: Params) -> int:
@@ -137,8 +133,18 @@ def sgd_step(params: Params, x: Array, y: Array, *, lr: float, momentum: float =
             grad = grad @ params[f"w{i}"].T
             grad *= acts[i] > 0.0
     for name, g in grads.items():
-        v = params[f"v_{name}"]
-        v *= momentum
-        v += g
-        params[name] -= lr * v
+        _momentum_update(params[name], params[f"v_{name}"], g, lr=lr, momentum=momentum)
     return batch_loss
+
+
+def _momentum_update(p: Array, v: Array, g: Array, *, lr: float, momentum: float) -> None:
+    """``v = momentum * v + g; p -= lr * v`` in place; ``g`` is reused as scratch space.
+
+    Plain numpy on purpose: calling scipy's BLAS here would wake a second OpenBLAS thread pool
+    whose spinning workers fight numpy's pool for the same CPUs (measured: 2 threads got slower
+    than 1).
+    """
+    v *= momentum
+    v += g
+    np.multiply(v, lr, out=g)
+    p -= g

@@ -34,7 +34,7 @@ def format_progress(done: int, total: int) -> str:
         total: Total steps, ``> 0``.
 
     Returns:
-        ``"done/total\\n"``.
+        ``"done/total"`` followed by a newline.
 
     Raises:
         SpecError: When the pair is not a valid Argo progress value.
