@@ -11,8 +11,12 @@ Rules (DESIGN §3):
 * ``scale_down`` only when a smaller observed level finishes by ``deadline - 2 * margin``, the dwell
   time since the last rescale has passed, and the units given back for the rest of the run are
   worth more than ``3 x overhead x current units``;
+* when no size is known to make it but levels up to the knee are still unexplored, probe upwards
+  (``scale_up``/``bump`` one level beyond the largest observed size): beyond the observed sizes
+  the belief is deliberately pessimistic, so "cannot make it" is not yet known;
 * at most one rescale per dwell period; ``at_risk`` when even the knee cannot make it (its
-  ``units`` is then the best size reachable now: the knee, probe-limited, within free units);
+  ``units`` is then the size to run at now: the knee, probe-limited, within the free units, or
+  the current size during the dwell);
 * ``done`` once every step is done; ``on_track`` otherwise (including "hold": a needed rescale
   waits for the dwell to pass).
 """
@@ -215,47 +219,48 @@ def _budget_words(snap: JobSnapshot, margin: float) -> str:
     return f"{_dur(left)} left to the deadline, margin {_dur(margin)}"
 
 
-def _grow(snap: JobSnapshot, belief: Belief, margin: float, need: int, free_units: int) -> Decision:
-    target = min(need, max(belief.probe_limit, snap.units))
+def _probe_words(belief: Belief, target: int, need: int | None) -> str:
+    top = max(belief.observed) if belief.observed else None
+    if top is None or (need is not None and target >= need):
+        return ""
+    wanted = f"{need} needed" if need is not None else "no observed size makes it"
+    return f" (probe: one level beyond the largest observed size {top}; {wanted})"
+
+
+def _grow(
+    snap: JobSnapshot, belief: Belief, margin: float, need: int | None, free_units: int
+) -> Decision:
+    """Scale up towards ``need`` (``None``: probe upwards because no size is known to make it)."""
+    goal = need if need is not None else belief.probe_limit
+    target = min(goal, max(belief.probe_limit, snap.units))
     if target <= snap.units:
         target = next((n for n in belief.levels if n > snap.units), snap.units)
     now_pred, pred = _at(belief, snap, snap.units), _at(belief, snap, target)
     why = f"{_finish_words(now_pred, snap)} misses {_budget_words(snap, margin)}"
-    probe = f" (probe: one level beyond observed, {need} needed)" if target < need else ""
+    probe = _probe_words(belief, target, need)
     if snap.queued:
-        return _decision(
-            Action.BUMP,
-            pred,
-            f"queued; {why}; raise priority to start at {target} units{probe}",
-            snap,
-            margin,
-        )
+        reason = f"queued; {why}; raise priority to start at {target} units{probe}"
+        return _decision(Action.BUMP, pred, reason, snap, margin)
     if _in_dwell(snap):
-        wait = snap.spec.dwell_seconds - (snap.now - (snap.last_rescale_at or snap.now))
-        return _decision(
-            Action.ON_TRACK,
-            now_pred,
-            f"hold: {why}, but the last rescale was under the dwell of {_dur(snap.spec.dwell_seconds)}"
-            f" ago; scale to {target} units in {_dur(wait)}",
-            snap,
-            margin,
+        ago = snap.now - (snap.last_rescale_at or snap.now)
+        reason = (
+            f"hold: {why}; the last rescale was {_dur(ago)} ago, within the "
+            f"{_dur(snap.spec.dwell_seconds)} dwell, so scale to {target} units in "
+            f"{_dur(snap.spec.dwell_seconds - ago)}{probe}"
         )
+        return _decision(Action.ON_TRACK, now_pred, reason, snap, margin)
     extra = target - snap.units
     if extra <= free_units:
-        return _decision(
-            Action.SCALE_UP,
-            pred,
-            f"{why}; {extra} of {free_units} free units make it {target}{probe}: {_finish_words(pred, snap)}",
-            snap,
-            margin,
+        reason = (
+            f"{why}; {extra} of {free_units} free units make it {target}{probe}: "
+            f"{_finish_words(pred, snap)}"
         )
-    return _decision(
-        Action.BUMP,
-        pred,
-        f"{why}; {target} units needed but only {free_units} free of the {extra} extra: raise priority{probe}",
-        snap,
-        margin,
+        return _decision(Action.SCALE_UP, pred, reason, snap, margin)
+    reason = (
+        f"{why}; {target} units needed but only {free_units} of the {extra} extra are free: "
+        f"raise priority{probe}"
     )
+    return _decision(Action.BUMP, pred, reason, snap, margin)
 
 
 def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> Decision | None:
@@ -282,17 +287,21 @@ def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> Decision | None
 
 
 def _at_risk(snap: JobSnapshot, belief: Belief, margin: float, free_units: int) -> Decision:
+    """Even the best plannable size (knee, probe-limited) misses: run as fast as reachable now."""
     cap = min(belief.knee, max(belief.probe_limit, snap.units))
     reach = cap if snap.queued else min(cap, snap.units + max(free_units, 0))
-    target = snap.units if _in_dwell(snap) and not snap.queued else None
-    if target is None:
-        fits = [n for n in belief.levels if n <= reach]
-        target = fits[-1] if fits else belief.levels[0]
+    holding = _in_dwell(snap) and not snap.queued
+    fits = [n for n in belief.levels if n <= reach]
+    target = snap.units if holding else (fits[-1] if fits else belief.levels[0])
     best, pred = _at(belief, snap, cap), _at(belief, snap, target)
     reason = (
-        f"even the knee: {_finish_words(best, snap)} misses {_budget_words(snap, margin)}; "
-        f"running at {target} units: {_finish_words(pred, snap)}"
+        f"at risk: even at {cap} units (knee {belief.knee}, probe limit {belief.probe_limit}) the "
+        f"{_finish_words(best, snap)} misses {_budget_words(snap, margin)}"
     )
+    if holding:
+        reason += f"; holding {target} units within the {_dur(snap.spec.dwell_seconds)} dwell"
+    elif target != cap:
+        reason += f"; {target} units reachable now: {_finish_words(pred, snap)}"
     return _decision(Action.AT_RISK, pred, reason, snap, margin)
 
 
@@ -330,6 +339,8 @@ def decide(snap: JobSnapshot, belief: Belief, *, free_units: int) -> Decision:
         reason = f"best-effort job without a deadline; {_finish_words(here, snap)}"
         return _decision(Action.ON_TRACK, here, reason, snap, margin)
     need = minimal_share(belief, snap)
+    if need is None and snap.units < belief.probe_limit < belief.knee:
+        return _grow(snap, belief, margin, None, free_units)  # unexplored sizes may make it
     if need is None:
         return _at_risk(snap, belief, margin, free_units)
     if need > snap.units:

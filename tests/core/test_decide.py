@@ -59,7 +59,7 @@ def test_scale_up_at_once_when_the_units_are_free(job, t0) -> None:
 def test_bump_when_not_free_or_queued(job, t0) -> None:
     belief = oracle_belief(CURVE, LEVELS)
     d = decide(snap(job, t0), belief, free_units=2)
-    assert d.action is Action.BUMP and d.units == 4 and "only 2 free" in d.reason
+    assert d.action is Action.BUMP and d.units == 4 and "only 2 of the 3 extra are free" in d.reason
     q = decide(snap(job, t0, queued=True), belief, free_units=100)
     assert q.action is Action.BUMP and q.units == 4 and q.reason.startswith("queued")
 
@@ -74,6 +74,17 @@ def test_probe_one_level_beyond_the_largest_observed(job, t0) -> None:
     belief = Belief(CURVE, CURVE, LEVELS, 16, observed=(1,))
     d = decide(snap(job, t0), belief, free_units=15)
     assert d.action is Action.SCALE_UP and d.units == 2 and "probe" in d.reason
+
+
+def test_probe_upwards_when_no_size_is_known_to_make_it(job, t0) -> None:
+    # the pessimistic extrapolation says even 16 misses; 4 is unexplored, so probe, not at_risk
+    pessimistic = TableCurve({1: 1.0, 2: 1.5, 4: 1.8, 8: 2.0, 16: 2.1})
+    belief = Belief(pessimistic, pessimistic, LEVELS, 16, observed=(1, 2))
+    d = decide(snap(job, t0, units=2), belief, free_units=14)
+    assert d.action is Action.SCALE_UP and d.units == 4
+    assert "no observed size makes it" in d.reason
+    explored = Belief(pessimistic, pessimistic, LEVELS, 16, observed=(1, 2, 4, 8, 16))
+    assert decide(snap(job, t0, units=2), explored, free_units=14).action is Action.AT_RISK
 
 
 def test_scale_down_with_twice_the_margin_dwell_and_benefit(job, t0) -> None:
@@ -99,7 +110,7 @@ def test_at_risk_when_even_the_knee_cannot_make_it(job, t0) -> None:
     belief = oracle_belief(CURVE, LEVELS)
     d = decide(snap(job, t0, after=6000.0, done=600, units=2), belief, free_units=6)
     assert d.action is Action.AT_RISK and d.units == 8  # the best reachable: 2 + 6 free
-    assert "even the knee" in d.reason
+    assert d.reason.startswith("at risk: even at 16 units") and "8 units reachable now" in d.reason
     queued = decide(snap(job, t0, after=6000.0, done=600, queued=True), belief, free_units=0)
     assert queued.action is Action.AT_RISK and queued.units == 16
 
