@@ -1,0 +1,232 @@
+"""The history store: yesterday's observed speeds and prediction errors, for today's plan.
+
+Two tables, keyed by the job's history key (``JobSpec.key``):
+
+* ``qosflow_samples`` — observed progress samples ``(time, steps_done, units)`` per (key, unit
+  kind). :meth:`HistoryStore.prior` fits them with :func:`qosflow.speed.fit`, so tomorrow night's
+  run of the same pipeline starts from a fitted speed model instead of the pessimistic default.
+* ``qosflow_predictions`` — (predicted remaining s, realised remaining s) pairs;
+  :meth:`HistoryStore.calibration` turns them into the split-conformal inflation factor with
+  :func:`qosflow.predict.calibrate`.
+
+Any SQLAlchemy URL works (PostgreSQL for a multi-worker Airflow). The default is a SQLite file in
+WAL mode with a busy timeout and ``BEGIN IMMEDIATE`` write transactions, so two processes (the
+Airflow triggerer and a worker, say) can write at once without losing a row. Recording the same
+sample twice (a retried task) stores it once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    Column,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+)
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+from sqlalchemy.pool import StaticPool
+
+from qosflow.errors import QosflowError, SpecError
+
+if TYPE_CHECKING:
+    from qosflow.predict import Calibration
+    from qosflow.speed import ProgressSample, SpeedModel
+
+__all__ = ["DEFAULT_URL", "HistoryError", "HistoryStore"]
+
+DEFAULT_URL = "sqlite:///.qosflow/history.db"
+BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for the other writer's lock before giving up."""
+
+_meta = MetaData()
+samples_table = Table(
+    "qosflow_samples",
+    _meta,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", String(253), nullable=False),
+    Column("unit", String(16), nullable=False),
+    Column("time", Float, nullable=False),
+    Column("steps_done", Integer, nullable=False),
+    Column("units", Integer, nullable=False),
+    UniqueConstraint("key", "unit", "time", "steps_done", "units", name="uq_qosflow_sample"),
+    Index("ix_qosflow_samples_key_unit_time", "key", "unit", "time"),
+)
+predictions_table = Table(
+    "qosflow_predictions",
+    _meta,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("key", String(253), nullable=False, index=True),
+    Column("predicted", Float, nullable=False),
+    Column("realised", Float, nullable=False),
+)
+
+
+class HistoryError(QosflowError):
+    """The history database refused or failed (the message names the URL without password)."""
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    dbapi_connection.isolation_level = None  # let the "begin" hook issue BEGIN IMMEDIATE
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.execute("PRAGMA synchronous = NORMAL")
+    cursor.close()
+
+
+def _begin_immediate(conn: Connection) -> None:
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _engine(url: str) -> Engine:
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise SpecError("history.url", f"not a SQLAlchemy URL ({exc})") from None
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    memory = parsed.database in (None, "", ":memory:")
+    if not memory and parsed.database is not None:
+        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        parsed,
+        connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+        poolclass=StaticPool if memory else None,
+    )
+    event.listen(engine, "connect", _sqlite_pragmas)
+    event.listen(engine, "begin", _begin_immediate)
+    return engine
+
+
+class HistoryStore:
+    """Observed progress and prediction errors per job key, in any SQLAlchemy database.
+
+    Args:
+        url: SQLAlchemy URL; relative SQLite paths are relative to the working directory and
+            their folder is created.
+
+    Raises:
+        SpecError: When ``url`` is not a SQLAlchemy URL.
+        HistoryError: When the database cannot be opened or its tables created.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL) -> None:
+        self.url = url
+        self._engine = _engine(url)
+        with self._tx() as conn:
+            _meta.create_all(conn)
+
+    @contextmanager
+    def _tx(self) -> Iterator[Connection]:
+        try:
+            with self._engine.begin() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            where = make_url(self.url).render_as_string(hide_password=True)
+            raise HistoryError(f"history store {where}: {exc.__class__.__name__}: {exc}") from exc
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self._engine.dispose()
+
+    def record_samples(self, key: str, unit: str, samples: Sequence[ProgressSample]) -> None:
+        """Store progress samples of one job; samples already stored are skipped."""
+        rows = [
+            {"key": key, "unit": unit, "time": s.time, "steps_done": s.steps_done, "units": s.units}
+            for s in samples
+        ]
+        if not rows:
+            return
+        with self._tx() as conn:
+            conn.execute(self._insert_ignoring_duplicates(conn), rows)
+
+    def _insert_ignoring_duplicates(self, conn: Connection) -> Any:
+        name = conn.dialect.name
+        if name == "sqlite":
+            from sqlalchemy.dialects import sqlite
+
+            return sqlite.insert(samples_table).on_conflict_do_nothing()
+        if name == "postgresql":
+            from sqlalchemy.dialects import postgresql
+
+            return postgresql.insert(samples_table).on_conflict_do_nothing()
+        if name in ("mysql", "mariadb"):
+            return insert(samples_table).prefix_with("IGNORE")
+        return insert(samples_table)
+
+    def samples(self, key: str, unit: str, *, limit: int = 5000) -> list[ProgressSample]:
+        """The newest ``limit`` samples of ``key`` on ``unit``, in the order they were recorded.
+
+        Recording order (not time) keeps each recorded run contiguous even when two runs of the
+        same key overlapped in time.
+        """
+        from qosflow.speed import ProgressSample  # lazy: keeps writer processes light
+
+        t = samples_table.c
+        query = (
+            select(t.time, t.steps_done, t.units)
+            .where(t.key == key, t.unit == unit)
+            .order_by(t.id.desc())
+            .limit(max(limit, 0))
+        )
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        return [ProgressSample(float(r[0]), int(r[1]), int(r[2])) for r in reversed(rows)]
+
+    def count_samples(self, key: str | None = None) -> int:
+        """Number of stored samples, of one key or of all."""
+        query = select(func.count()).select_from(samples_table)
+        if key is not None:
+            query = query.where(samples_table.c.key == key)
+        with self._tx() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def record_prediction(
+        self, key: str, predicted_remaining: float, realised_remaining: float
+    ) -> None:
+        """Log one (predicted remaining s, realised remaining s) pair for conformal calibration."""
+        row = {"key": key, "predicted": predicted_remaining, "realised": realised_remaining}
+        with self._tx() as conn:
+            conn.execute(insert(predictions_table), [row])
+
+    def predictions(self, key: str, *, limit: int = 5000) -> list[tuple[float, float]]:
+        """The newest ``limit`` (predicted, realised) pairs of ``key``, oldest first."""
+        t = predictions_table.c
+        query = (
+            select(t.predicted, t.realised).where(t.key == key).order_by(t.id.desc()).limit(limit)
+        )
+        with self._tx() as conn:
+            rows = conn.execute(query).all()
+        return [(float(p), float(r)) for p, r in reversed(rows)]
+
+    def calibration(self, key: str) -> Calibration:
+        """Split-conformal inflation learnt from the logged pairs (the default without any)."""
+        from qosflow.predict import calibrate
+
+        return calibrate(self.predictions(key))
+
+    def prior(self, key: str, unit: str, node_size: int) -> SpeedModel | None:
+        """Speed model fitted over the stored samples, or ``None`` when they cannot be fitted."""
+        from qosflow.speed import fit
+
+        stored = self.samples(key, unit)
+        if not stored:
+            return None
+        result = fit(stored, node_size=node_size)
+        return result.model if result.success else None

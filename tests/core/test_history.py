@@ -1,0 +1,127 @@
+"""History store: round trips, idempotent records, two concurrent writer processes, prior, calibration."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from qosflow.errors import SpecError
+from qosflow.history import HistoryStore
+from qosflow.predict import DEFAULT_FACTOR, calibrate
+from qosflow.speed import ProgressSample, SpeedModel
+
+WRITES = 400  # transactions per writer process
+BATCH = 4  # samples per transaction
+
+
+def stream(
+    model: SpeedModel, units: int, steps: int, rng: np.random.Generator, start: float
+) -> list[ProgressSample]:
+    """A progress stream at ``units`` with 3 % lognormal step-time noise, one sample per 10 steps."""
+    t, out = start, [ProgressSample(start, 0, units)]
+    for done in range(10, steps + 1, 10):
+        t += 10 * model.step_time(units) * float(rng.lognormal(0.0, 0.03))
+        out.append(ProgressSample(t, done, units))
+    return out
+
+
+def test_samples_round_trip_newest_first_limit_and_isolation(tmp_path: Path) -> None:
+    store = HistoryStore(f"sqlite:///{tmp_path / 'sub' / 'h.db'}")
+    rows = [ProgressSample(float(i), 10 * i, 2) for i in range(50)]
+    store.record_samples("nightly", "cpu", rows)
+    store.record_samples("nightly", "gpu", rows[:5])
+    store.record_samples("other", "cpu", rows[:7])
+    assert store.samples("nightly", "cpu") == rows
+    assert store.samples("nightly", "cpu", limit=3) == rows[-3:]
+    assert len(store.samples("nightly", "gpu")) == 5
+    assert store.count_samples("other") == 7
+    assert store.samples("missing", "cpu") == []
+
+
+def test_recording_the_same_samples_twice_stores_them_once(tmp_path: Path) -> None:
+    store = HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
+    rows = [ProgressSample(float(i), i, 1) for i in range(20)]
+    store.record_samples("k", "cpu", rows)
+    store.record_samples("k", "cpu", [*rows[10:], ProgressSample(99.0, 99, 1)])
+    assert store.count_samples("k") == 21
+
+
+def test_calibration_uses_the_logged_pairs(tmp_path: Path) -> None:
+    store = HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
+    assert store.calibration("k").factor == DEFAULT_FACTOR
+    rng = np.random.default_rng(7)
+    pairs = [(100.0, float(100.0 * r)) for r in rng.lognormal(0.05, 0.1, size=60)]
+    for p, r in pairs:
+        store.record_prediction("k", p, r)
+    store.record_prediction("other", 100.0, 500.0)
+    assert store.predictions("k") == pairs
+    got = store.calibration("k")
+    assert got == calibrate(pairs)
+    assert got.n == 60
+
+
+def test_prior_fits_the_stored_samples(tmp_path: Path) -> None:
+    store = HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
+    assert store.prior("k", "cpu", node_size=8) is None
+    truth = SpeedModel(0.02, 0.8, 0.05, 0.0, 0.0, 8)
+    rng = np.random.default_rng(3)
+    for night, units in enumerate((1, 2, 4)):  # three nightly runs at different sizes
+        store.record_samples("k", "cpu", stream(truth, units, 2000, rng, 86_400.0 * night))
+    prior = store.prior("k", "cpu", node_size=8)
+    assert prior is not None
+    for units in (1, 2, 4):
+        assert prior.step_time(units) == pytest.approx(truth.step_time(units), rel=0.05)
+
+
+def test_in_memory_url_keeps_one_database() -> None:
+    store = HistoryStore("sqlite://")
+    store.record_samples("k", "cpu", [ProgressSample(1.0, 1, 1)])
+    store.record_prediction("k", 1.0, 1.0)
+    assert store.count_samples() == 1
+    assert store.predictions("k") == [(1.0, 1.0)]
+
+
+def test_a_bad_url_is_a_spec_error() -> None:
+    with pytest.raises(SpecError, match=r"history\.url"):
+        HistoryStore("not a url")
+
+
+def _writer(url: str, key: str, barrier: Any, spans: Any) -> None:
+    store = HistoryStore(url)
+    barrier.wait()
+    start = time.monotonic()  # CLOCK_MONOTONIC: comparable across processes on Linux
+    for i in range(WRITES):
+        batch = [ProgressSample(float(i * BATCH + j), i * BATCH + j, 1 + j) for j in range(BATCH)]
+        store.record_samples(key, "cpu", batch)
+        store.record_prediction(key, float(i + 1), float(i + 2))
+    spans.put((start, time.monotonic()))
+    store.close()
+
+
+@pytest.mark.slow
+def test_two_writer_processes_lose_no_row(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    HistoryStore(url).close()
+    ctx = mp.get_context("fork")  # the children inherit the imports: they start at once
+    barrier, spans = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(url, key, barrier, spans)) for key in ("a", "b")]
+    for p in procs:
+        p.start()
+    got = [spans.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert max(s for s, _ in got) < min(e for _, e in got), "the writers did not overlap"
+    store = HistoryStore(url)
+    for key in ("a", "b"):
+        assert store.count_samples(key) == WRITES * BATCH
+        assert len(store.predictions(key)) == WRITES
+    assert store.samples("a", "cpu", limit=3) == [
+        ProgressSample(float(WRITES * BATCH - 3 + j), WRITES * BATCH - 3 + j, 2 + j)
+        for j in range(3)
+    ]
