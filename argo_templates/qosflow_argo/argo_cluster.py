@@ -319,25 +319,14 @@ class ArgoCluster:
             raise ClusterError(f"{name}: no running pod to resize", retryable=True)
         pod_name = pod["metadata"]["name"]
         container = main_container(pod).get("name", "main")
-        quantity = str(units)
-        body = {
-            "spec": {
-                "containers": [
-                    {
-                        "name": container,
-                        "resources": {"requests": {"cpu": quantity}, "limits": {"cpu": quantity}},
-                    }
-                ]
-            }
-        }
         try:
-            self.kube.resize_pod(pod_name, body)
+            self.kube.resize_pod(pod_name, resize_body(container, units))
         except NotFoundError as exc:
             msg = f"the API server has no pods/resize (Kubernetes < 1.33?): {exc}"
             return ResizeResult(ResizeState.UNSUPPORTED, pod_units(pod, "cpu") or 0, msg)
         state, message, pod = self._follow_resize(pod_name, units)
         if state in (ResizeState.DONE, ResizeState.IN_PROGRESS):
-            annotations = {manifests.ANNOTATION_UNITS: quantity}
+            annotations = {manifests.ANNOTATION_UNITS: str(units)}
             self.kube.patch_workflow(name, {"metadata": {"annotations": annotations}})
         return ResizeResult(state, pod_units(pod, "cpu") or units, message)
 
@@ -371,6 +360,17 @@ class ArgoCluster:
             Object name → ``created`` | ``updated`` | ``unchanged``.
         """
         return Installer(self.argo, self.kube).ensure(self.namespace, self.template)
+
+
+def resize_body(container: str, units: int) -> dict[str, Any]:
+    """Strategic-merge body of ``pods/{name}/resize``: cpu requests = limits = ``units``.
+
+    Only cpu changes (memory and GPUs stay), and requests stay equal to limits, so the pod keeps
+    its Guaranteed QoS class (a resize may not change it).
+    """
+    quantity = str(units)
+    resources = {"requests": {"cpu": quantity}, "limits": {"cpu": quantity}}
+    return {"spec": {"containers": [{"name": container, "resources": resources}]}}
 
 
 def manifests_units(wf: dict[str, Any]) -> int | None:

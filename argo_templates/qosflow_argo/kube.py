@@ -30,9 +30,9 @@ def api_client_from_url(
     """An ``ApiClient`` for a kube-apiserver URL with a bearer token."""
     cfg = k8s.Configuration()
     cfg.host = url.rstrip("/")
-    if token:
-        cfg.api_key = {"authorization": token}
-        cfg.api_key_prefix = {"authorization": "Bearer"}
+    if token:  # client 36/37 look the prefix up under "BearerToken"; older ones "authorization"
+        cfg.api_key = {"BearerToken": token, "authorization": token}
+        cfg.api_key_prefix = {"BearerToken": "Bearer", "authorization": "Bearer"}
     cfg.verify_ssl = bool(verify)
     if ca_cert:
         cfg.ssl_ca_cert = ca_cert
@@ -51,7 +51,7 @@ def api_client_from_kubeconfig(path: str | None = None, context: str | None = No
 
 def _secret(api_client: Any) -> str | None:
     key = getattr(api_client.configuration, "api_key", None) or {}
-    value = key.get("authorization") or key.get("BearerToken")
+    value = key.get("BearerToken") or key.get("authorization")
     return str(value).removeprefix("Bearer ").strip() if value else None
 
 
