@@ -156,7 +156,8 @@ class CpuFollower:
         return wanted
 
     def pool_sizes(self) -> dict[str, int]:
-        """Current thread count of each loaded pool, by ``internal_api`` (e.g. ``openblas``)."""
+        """Current thread count of each loaded pool, by library file name."""
         return {
-            str(info["internal_api"]): int(info["num_threads"]) for info in self._controller.info()
+            Path(str(info["filepath"])).name: int(info["num_threads"])
+            for info in self._controller.info()
         }
