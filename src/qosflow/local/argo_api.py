@@ -7,6 +7,7 @@ handler runs under the store lock and returns deep copies, never live store obje
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import string
@@ -238,8 +239,16 @@ class ArgoApi:
         return 200, apply_fields(result, _q(query, "fields"))
 
     def get(self, ns: str, name: str, query: Query, **_: Any) -> tuple[int, Any]:
-        """``GET /api/v1/workflows/{ns}/{name}`` (``fields`` supported)."""
-        return 200, apply_fields(snapshot(self._workflow_or_404(ns, name)), _q(query, "fields"))
+        """``GET /api/v1/workflows/{ns}/{name}`` (``fields`` supported).
+
+        Without ``fields`` the document is serialised under the lock (no deep copy): the hot path
+        of status polling.
+        """
+        wf = self._workflow_or_404(ns, name)
+        fields = _q(query, "fields")
+        if not fields:
+            return 200, json.dumps(wf, separators=(",", ":")).encode()
+        return 200, apply_fields(snapshot(wf), fields)
 
     def delete(self, ns: str, name: str, **_: Any) -> tuple[int, Any]:
         """``DELETE /api/v1/workflows/{ns}/{name}``: the workflow and its pods go."""

@@ -8,6 +8,7 @@ the Workflow custom resource (merge or JSON patch only; strategic merge answers 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -169,8 +170,8 @@ class KubeApi:
         }
 
     def get_pod(self, ns: str, name: str, **_: Any) -> tuple[int, Any]:
-        """``GET /api/v1/namespaces/{ns}/pods/{name}`` (and ``/resize``)."""
-        return 200, snapshot(self._pod_or_404(ns, name))
+        """``GET /api/v1/namespaces/{ns}/pods/{name}`` (and ``/resize``), serialised under the lock."""
+        return 200, json.dumps(self._pod_or_404(ns, name), separators=(",", ":")).encode()
 
     def patch_pod(
         self, ns: str, name: str, body: Any, content_type: str, **_: Any
