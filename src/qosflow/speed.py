@@ -39,7 +39,7 @@ BOOTSTRAP = 100
 PRIOR_SIGMA = 0.25
 """Relative uncertainty of a prior pseudo-row (the prior's shape is believed to within 25 %)."""
 PRIOR_DECAY = 10.0
-"""Windows of data after which a prior pseudo-row has lost half its weight."""
+"""Prior pseudo-rows weigh ``1 / (PRIOR_SIGMA * sqrt(1 + windows / PRIOR_DECAY))``."""
 SIGMA_FLOOR = 0.02
 """Smallest relative noise assumed for an observed size (guards against over-confident rows)."""
 SIGMA_DEFAULT = 0.05
