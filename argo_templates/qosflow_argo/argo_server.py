@@ -22,6 +22,12 @@ from qosflow_argo.retry import TRANSIENT_STATUS, Retrier, TransientError, parse_
 
 log = logging.getLogger(__name__)
 Permanent = Callable[[int, str], bool]
+_TRANSIENT = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    requests.exceptions.ContentDecodingError,
+)
 
 
 def redact(text: str, secret: str | None) -> str:
@@ -105,10 +111,15 @@ class ArgoServer:
                 method, self.url + path, json=body, params=params, timeout=(timeout, timeout)
             )
             payload = resp.content
-        except (requests.ConnectionError, requests.Timeout) as exc:
+        except requests.exceptions.SSLError:
+            raise ClusterError(
+                f"{what}: TLS verification failed (pass ca_cert=, or verify=False for a test "
+                "server)"
+            ) from None
+        except _TRANSIENT as exc:
             raise TransientError(f"{what}: {type(exc).__name__}") from None
-        except requests.RequestException as exc:
-            raise TransientError(f"{what}: {type(exc).__name__}") from None
+        except requests.RequestException as exc:  # bad URL, TLS setup, ...: retrying cannot help
+            raise ClusterError(f"{what}: {type(exc).__name__}: {exc}") from None
         log.debug(
             "%s -> %d in %.1f ms", what, resp.status_code, 1e3 * (time.perf_counter() - started)
         )

@@ -166,7 +166,10 @@ def job_status(
     if units is None:
         fallback = annotations.get(ANNOTATION_UNITS) or args.get("units") or "0"
         units = int(fallback) if fallback.isdigit() else 0
-    message = str(status.get("message") or (node or {}).get("message") or "")
+    message = str(status.get("message") or "")
+    node_message = str((node or {}).get("message") or "")
+    if node_message and node_message not in message:
+        message = f"{message}: {node_message}" if message else node_message
     segment = labels.get(LABEL_SEGMENT, "0")
     return JobStatus(
         name=str(meta.get("name", "")),

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import logging
+
 import kubernetes_validate
 import pytest
+import requests
 
-from qosflow.errors import SpecError
+from qosflow.errors import ClusterError, NotFoundError, SpecError
 from qosflow_argo.argo_cluster import ArgoCluster, resize_body
+from qosflow_argo.argo_server import ArgoServer
 from qosflow_argo.kube import api_client_from_url
+from qosflow_argo.retry import Retrier
 
 SECRET = "s3cr3t-token-value"
 
@@ -44,3 +50,61 @@ def test_resize_body_is_a_valid_partial_pod_that_keeps_qos() -> None:
     kubernetes_validate.validate(pod, "1.33.0", strict=True)
     res = body["spec"]["containers"][0]["resources"]
     assert res["requests"] == res["limits"] == {"cpu": "3"}  # Guaranteed stays Guaranteed
+
+
+class Canned(requests.adapters.BaseAdapter):
+    """A transport that answers every request with one canned response."""
+
+    def __init__(self, status: int, body: dict[str, object], exc: Exception | None = None) -> None:
+        super().__init__()
+        self.status, self.body, self.exc = status, body, exc
+        self.sent: list[requests.PreparedRequest] = []
+
+    def send(self, request: requests.PreparedRequest, **kwargs: object) -> requests.Response:
+        self.sent.append(request)
+        if self.exc is not None:
+            raise self.exc
+        resp = requests.Response()
+        resp.status_code = self.status
+        resp._content = json.dumps(self.body).encode()
+        resp.request = request
+        return resp
+
+    def close(self) -> None:
+        pass
+
+
+def server(adapter: Canned) -> ArgoServer:
+    session = requests.Session()
+    session.mount("https://", adapter)
+    return ArgoServer(
+        "https://argo.example:2746/argo/",
+        token=SECRET,
+        namespace="ml",
+        session=session,
+        retrier=Retrier(sleep=lambda s: None),
+    )
+
+
+def test_server_errors_echoing_the_token_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    adapter = Canned(400, {"code": 3, "message": f"bad header Bearer {SECRET}"})
+    with pytest.raises(ClusterError) as err:
+        server(adapter).get_workflow("x")
+    assert SECRET not in str(err.value) and "Bearer ***" in str(err.value)
+    assert err.value.status == 400 and not err.value.retryable
+    assert SECRET not in caplog.text
+    sent = adapter.sent[0]
+    assert sent.url == "https://argo.example:2746/argo/api/v1/workflows/ml/x"  # base-href kept
+    assert sent.headers["Authorization"] == f"Bearer {SECRET}"
+
+
+def test_not_found_and_tls_failures_are_not_retried() -> None:
+    adapter = Canned(404, {"code": 5, "message": 'workflows.argoproj.io "x" not found'})
+    with pytest.raises(NotFoundError, match="not found"):
+        server(adapter).get_workflow("x")
+    assert len(adapter.sent) == 1
+    tls = Canned(0, {}, requests.exceptions.SSLError("certificate verify failed"))
+    with pytest.raises(ClusterError, match="TLS verification failed") as err:
+        server(tls).get_workflow("x")
+    assert len(tls.sent) == 1 and not err.value.retryable

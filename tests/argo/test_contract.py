@@ -207,3 +207,16 @@ def test_wrong_token_is_a_clear_error_without_the_token(
     for text in (str(err.value), str(kerr.value), repr(cluster), caplog.text):
         assert wrong not in text and TOKEN not in text
     cluster.close()
+
+
+def test_a_failing_trainer_fails_the_workflow_with_a_message(target: Target) -> None:
+    cluster = target.cluster
+    req = target.request("boom", total_steps=100, command=("false",))
+    if target.runner is not None:
+        from qosflow.local import Script
+
+        target.runner.by_workflow = {req.name: Script(fail_at_step=5)}
+    cluster.submit(req)
+    failed = target.wait(cluster, req.name, lambda s: s.phase.finished)
+    assert failed.phase is Phase.FAILED and failed.message
+    assert failed.finished_at is not None
