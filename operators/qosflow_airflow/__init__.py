@@ -19,7 +19,9 @@ def _conn_fields() -> dict[str, Any]:
         return {"label": label, "description": description, "schema": schema}
 
     return {
-        "namespace": field("Namespace", ["string", "null"], "Namespace of the workflows", "qosflow"),
+        "namespace": field(
+            "Namespace", ["string", "null"], "Namespace of the workflows", "qosflow"
+        ),
         "kube_url": field(
             "Kubernetes API URL", ["string", "null"], "Kubernetes API server (or use kubeconfig)"
         ),

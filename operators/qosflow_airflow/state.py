@@ -55,14 +55,26 @@ def job_to_dict(spec: JobSpec) -> dict[str, Any]:
         "dwell_seconds": spec.dwell_seconds,
         "image": spec.image,
         "command": list(spec.command),
+        "step_seconds_estimate": spec.step_seconds_estimate,
     }
 
 
 def job_from_dict(data: Mapping[str, Any]) -> JobSpec:
     """Rebuild a spec from :func:`job_to_dict` output (validated again by ``load_job``)."""
-    fields = dict(data)
+    fields = {k: v for k, v in data.items() if v is not None}
     submitted = float(fields.pop("submitted_at"))
     return load_job(fields, now=datetime.fromtimestamp(submitted, UTC))
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``None`` (XCom is strict JSON)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def samples_to_rows(samples: Iterable[ProgressSample]) -> list[list[float]]:

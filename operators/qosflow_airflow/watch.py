@@ -23,7 +23,7 @@ from qosflow.planning import belief_for
 from qosflow.predict import Calibration
 from qosflow.spec import JobSpec
 from qosflow.speed import ProgressSample, SpeedModel
-from qosflow_airflow.state import samples_to_rows
+from qosflow_airflow.state import json_safe, samples_to_rows
 
 DONE, FAILED, DECISION = "done", "failed", "decision"
 
@@ -52,15 +52,17 @@ class WatchEvent:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (the trigger event payload)."""
-        return {
-            "status": self.status,
-            "workflow": self.workflow,
-            "time": self.time,
-            "decision": None if self.decision is None else self.decision.to_dict(),
-            "message": self.message,
-            "samples": samples_to_rows(self.samples),
-            "finished_at": self.finished_at,
-        }
+        return json_safe(
+            {
+                "status": self.status,
+                "workflow": self.workflow,
+                "time": self.time,
+                "decision": None if self.decision is None else self.decision.to_dict(),
+                "message": self.message,
+                "samples": samples_to_rows(self.samples),
+                "finished_at": self.finished_at,
+            }
+        )
 
 
 @dataclass(slots=True)

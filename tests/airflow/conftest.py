@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -14,8 +15,16 @@ os.environ["AIRFLOW_HOME"] = os.environ["QOSFLOW_TEST_AIRFLOW_HOME"]
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
+# a second DAG bundle with the scenario DAGs the Airflow tests run (dag.test() needs bundle DAGs)
+_LOCAL = "airflow.dag_processing.bundles.local.LocalDagBundle"
+_SCENARIOS = Path(__file__).resolve().parents[1] / "airflow" / "dag_files"
+os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
+    [
+        {"name": "dags-folder", "classpath": _LOCAL, "kwargs": {}},
+        {"name": "qosflow-tests", "classpath": _LOCAL, "kwargs": {"path": str(_SCENARIOS)}},
+    ]
+)
 
-import json  # noqa: E402
 from dataclasses import dataclass, field, replace  # noqa: E402
 
 import pytest  # noqa: E402

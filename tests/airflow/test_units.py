@@ -323,7 +323,7 @@ def _defer_and_run(sensor, context):
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute(context)
     assert deferred.value.method_name == "execute_complete"
-    path, kwargs = deferred.value.trigger.serialize()
+    _path, kwargs = deferred.value.trigger.serialize()
     trigger = DeadlineProgressTrigger(**json.loads(json.dumps(kwargs)))  # a new triggerer
     return asyncio.run(trigger.run().asend(None))
 
@@ -414,9 +414,9 @@ def test_restart_refuses_a_stale_checkpoint(fake_cluster):
     fake_cluster.submit(submit_request(st, segment=0, resume=False))
     fake_cluster.status(st.workflow)
     stale = replace(fake_cluster.jobs[st.workflow], phase=Phase.STOPPED, steps_done=1)
-    with mock.patch.object(fake_cluster, "stop", return_value=stale):
-        with pytest.raises(ClusterError, match="stale checkpoint"):
-            checkpoint_restart(
-                fake_cluster, st, units=2, priority_class="x", priority=1, reason="t"
-            )
+    with (
+        mock.patch.object(fake_cluster, "stop", return_value=stale),
+        pytest.raises(ClusterError, match="stale checkpoint"),
+    ):
+        checkpoint_restart(fake_cluster, st, units=2, priority_class="x", priority=1, reason="t")
     assert len(fake_cluster.requests) == 1

@@ -24,7 +24,7 @@ from qosflow.planning import plan_job
 from qosflow.spec import JobSpec, load_job
 from qosflow_airflow.operators.base import QosflowOperator, guarded
 from qosflow_airflow.restart import submit_request
-from qosflow_airflow.state import TrainingState, job_from_dict, job_to_dict
+from qosflow_airflow.state import TrainingState, job_from_dict, job_to_dict, json_safe
 
 _CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
 
@@ -145,18 +145,20 @@ class PlanTrainingOperator(QosflowOperator):
             plan.priority_class,
             verdict.reason,
         )
-        return {
-            "job": job_to_dict(spec),
-            "plan": plan.to_dict(),
-            "units": units,
-            "verdict": verdict.kind,
-            "reason": verdict.reason,
-            "counter_offer": verdict.counter_offer,
-            "priority_class": plan.priority_class,
-            "priority": plan.priority,
-            "history_url": self.hook.config.history_url,
-            "planned_at": now,
-        }
+        return json_safe(
+            {
+                "job": job_to_dict(spec),
+                "plan": plan.to_dict(),
+                "units": units,
+                "verdict": verdict.kind,
+                "reason": verdict.reason,
+                "counter_offer": verdict.counter_offer,
+                "priority_class": plan.priority_class,
+                "priority": plan.priority,
+                "history_url": self.hook.config.history_url,
+                "planned_at": now,
+            }
+        )
 
 
 def _read_mapping(path: str) -> dict[str, Any]:

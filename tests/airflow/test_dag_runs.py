@@ -1,0 +1,235 @@
+"""Deadline DAGs run for real: dag.test() against the local cluster with real trainer processes.
+
+The job sizes are scaled to this machine: a session fixture measures the reference trainer's speed
+on one CPU first, so "under-provisioned" and "far ahead" mean the same thing on a fast laptop and
+on a busy CI runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+WIDTH = 512
+SCENARIOS = Path(__file__).parent / "dag_files" / "qosflow_test_scenarios.py"
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL
+    )
+
+
+@pytest.fixture(scope="session")
+def rate():
+    from qosflow_airflow.demo import trainer_rate
+
+    return trainer_rate(WIDTH, seconds=6.0)
+
+
+@pytest.fixture(scope="session")
+def local(tmp_path_factory):
+    from qosflow.local.cluster import LocalCluster
+    from qosflow_argo import ArgoCluster
+
+    root = tmp_path_factory.mktemp("qosflow")
+    with LocalCluster(cpus=2, state_dir=root / "local", token="test-token") as lc:
+        ArgoCluster.from_local(lc).ensure_installed()
+        os.environ["AIRFLOW_CONN_QOSFLOW_DEFAULT"] = json.dumps(
+            {
+                "conn_type": "qosflow_argo",
+                "host": lc.argo_url,
+                "password": lc.token,
+                "extra": {
+                    "namespace": lc.namespace,
+                    "kube_url": lc.kube_url,
+                    "history_url": f"sqlite:///{root / 'history.db'}",
+                    "checkpoint_root": str(root / "checkpoints"),
+                },
+            }
+        )
+        yield lc
+
+
+@pytest.fixture
+def cluster(local):
+    from qosflow_airflow.hooks.argo import QosflowArgoHook
+
+    return QosflowArgoHook().get_cluster()
+
+
+def _name(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def _job(name, steps, deadline, rate=None, **over):
+    data = {
+        "step_seconds_estimate": 1.0 / rate if rate else 0.5,
+        "name": name,
+        "total_steps": steps,
+        "deadline": deadline,
+        "resources": {"unit": "cpu", "min": 1, "max": 2, "per_node": 2, "memory_per_unit": "1Gi"},
+        "checkpoint_every_steps": 20,
+        "margin_seconds": 5,
+        "dwell_seconds": 8,
+        "command": ["python", "-m", "qosflow.trainer", "--width", str(WIDTH)],
+    }
+    data.update(over)
+    return data
+
+
+def _run(job, tmp_path, *, initial_units=None):
+    """Run the scenario DAG (tests/airflow/dag_files) for one job."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(SCENARIOS))
+    assert bag.import_errors == {}
+    dag = bag.dags["qosflow_test_scenarios"]
+    conf = {
+        "name": job["name"],
+        "steps": job["total_steps"],
+        "deadline": job["deadline"],
+        "if_not_guaranteed": job.get("if_not_guaranteed", "run_best_effort"),
+        "width": job.get("width", WIDTH),
+        "step_s": job["step_seconds_estimate"],
+        "initial_units": initial_units,
+        "report_dir": str(tmp_path),
+    }
+    run = dag.test(run_conf=conf)
+    tis = {ti.task_id: ti for ti in run.get_task_instances()}
+    return run, tis
+
+
+def _xcom(tis, task_id, key="return_value"):
+    return tis[task_id].xcom_pull(task_ids=task_id, key=key)
+
+
+def _acts(tis):
+    return [
+        _xcom(tis, t) for t in sorted(tis) if t.endswith(".rescale") and tis[t].state == "success"
+    ]
+
+
+def test_a_under_provisioned_job_scales_up_and_meets_its_deadline(
+    airflow_db, rate, cluster, tmp_path
+):
+    name = _name("under")
+    deadline_s = 75
+    steps = int(rate * deadline_s * 1.3)  # ~100 s on one CPU: one CPU would miss
+    run, tis = _run(_job(name, steps, f"PT{deadline_s}S", rate), tmp_path, initial_units=1)
+    acts = _acts(tis)
+    assert any(a["from"] == 1 and a["to"] == 2 for a in acts), acts
+    report = _xcom(tis, "training.finish")
+    assert run.state == "success", report
+    assert report["met"] is True, report["table"]
+    assert os.path.getsize(report["png"]) > 10_000
+
+
+def test_b_a_job_far_ahead_scales_down_and_still_meets_it(airflow_db, rate, cluster, tmp_path):
+    name = _name("ahead")
+    steps = int(rate * 45)  # ~45 s on one CPU, deadline in 4 minutes
+    run, tis = _run(_job(name, steps, "PT240S", rate), tmp_path, initial_units=2)
+    acts = _acts(tis)
+    assert any(a["from"] == 2 and a["to"] == 1 for a in acts), acts
+    assert run.state == "success"
+    assert _xcom(tis, "training.finish")["met"] is True
+
+
+def test_c_impossible_deadline_is_rejected_at_plan_with_a_counter_offer(
+    airflow_db, rate, cluster, tmp_path
+):
+    name = _name("impossible")
+    job = _job(name, int(rate * 2000), "PT30S", rate, if_not_guaranteed="reject")
+    run, tis = _run(job, tmp_path)
+    assert run.state == "failed"
+    assert tis["training.plan"].state == "failed"
+    assert tis["training.submit"].state == "upstream_failed"
+    assert cluster.list_jobs(name) == []
+    # the plan's failure names the counter-offer
+    from qosflow_airflow.operators.plan import PlanTrainingOperator
+
+    op = PlanTrainingOperator(task_id="plan", job=job)
+    from airflow.sdk.exceptions import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match=r"rejected at admission.*counter-offer"):
+        op.execute({"ti": mock.MagicMock(), "dag": None})
+
+
+def test_d_a_failing_pod_fails_the_sensor_with_its_message_and_nothing_is_resubmitted(
+    airflow_db, cluster, tmp_path
+):
+    name = _name("failing")
+    job = _job(name, 200, "PT10M", width=0)  # the trainer exits with an error
+    run, tis = _run(job, tmp_path)
+    assert run.state == "failed"
+    assert tis["training.round_1.watch"].state == "failed"
+    assert tis["training.round_2.watch"].state == "upstream_failed"
+    workflows = cluster.list_jobs(name)
+    assert [w.segment for w in workflows] == [0]
+    assert workflows[0].message
+    report = _xcom(tis, "training.finish", key="report")
+    assert workflows[0].message in report["verdict"]
+
+
+def test_e_a_retried_submit_leaves_one_workflow(airflow_db, cluster, tmp_path):
+    from qosflow_airflow.operators.plan import PlanTrainingOperator, SubmitTrainingOperator
+
+    name = _name("retried")
+    plan = PlanTrainingOperator(task_id="plan", job=_job(name, 50, "PT10M")).execute(
+        {"ti": mock.MagicMock(), "dag": None}
+    )
+    ti = mock.MagicMock()
+    ti.xcom_pull.return_value = plan
+    submit = SubmitTrainingOperator(task_id="submit", plan_task_id="plan")
+    first = submit.execute({"ti": ti})
+    second = SubmitTrainingOperator(task_id="submit", plan_task_id="plan").execute({"ti": ti})
+    assert first["workflow"] == second["workflow"] == f"{name}-s0"
+    assert [w.name for w in cluster.list_jobs(name)] == [f"{name}-s0"]
+    cluster.stop(f"{name}-s0", message="test over")
+
+
+def test_f_a_triggerer_restart_mid_watch_resumes_the_same_workflow(
+    airflow_db, rate, cluster, tmp_path
+):
+    from qosflow_airflow.operators.plan import PlanTrainingOperator, SubmitTrainingOperator
+    from qosflow_airflow.state import STATE_KEY
+    from qosflow_airflow.triggers.progress import DeadlineProgressTrigger
+
+    name = _name("restart")
+    plan = PlanTrainingOperator(
+        task_id="plan", job=_job(name, int(rate * 20), "PT10M", rate), initial_units=1
+    ).execute({"ti": mock.MagicMock(), "dag": None})
+    ti = mock.MagicMock()
+    ti.xcom_pull.return_value = plan
+    SubmitTrainingOperator(task_id="submit", plan_task_id="plan").execute({"ti": ti})
+    state = next(
+        c.kwargs["value"] for c in ti.xcom_push.call_args_list if c.kwargs["key"] == STATE_KEY
+    )
+    first = DeadlineProgressTrigger(state=state, poll_interval=1.0, end_only=True)
+
+    async def interrupted():
+        agen = first.run()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(agen.asend(None), timeout=6.0)  # the triggerer dies
+        await agen.aclose()
+
+    asyncio.run(interrupted())
+    assert not cluster.status(f"{name}-s0").phase.finished
+    _path, kwargs = first.serialize()
+    second = DeadlineProgressTrigger(**json.loads(json.dumps(kwargs)))
+    event = asyncio.run(second.run().asend(None))
+    assert event.payload["status"] == "done"
+    assert event.payload["workflow"] == f"{name}-s0"
+    assert [w.name for w in cluster.list_jobs(name)] == [f"{name}-s0"]
