@@ -1,26 +1,18 @@
 """Admission control: can a new job be guaranteed without breaking the jobs already guaranteed?
 
-The test (ElasticFlow's minimum satisfactory share, with uncertainty):
+1. **Energy test** (necessary, fast): for every deadline ``d``, the least unit-seconds the jobs due
+   by ``d`` need (levels mixed over time, conservative speeds) must fit in ``capacity * (d - now)``.
+2. **Backward fill** (constructive, ElasticFlow's minimum satisfactory share): in order of
+   effective deadline (deadline minus margin) each job gets the smallest unit cap at which its
+   remaining steps, filled backwards from its effective deadline into the free capacity (per slot
+   the fastest level within the cap and the free units), are done in time.
 
-1. **Energy test** (necessary, fast): for every deadline ``d`` the least unit-seconds the jobs due
-   by ``d`` need (time-sharing allowed, conservative speeds) must fit in ``capacity * (d - now)``.
-2. **Backward fill** (constructive): in order of effective deadline (deadline minus margin), each
-   job gets the smallest cap on its units at which filling its remaining steps backwards from its
-   effective deadline into the free-capacity timeline succeeds; per slot it runs at the fastest
-   allowed level within the cap and the free units. Filling late keeps early capacity free.
-
-Guaranteed jobs that are running keep their current units for the first slot (their running units
-and progress are inputs). Guaranteed jobs that cannot make their deadline even alone are left out
-(they are reported as at risk); any other guaranteed job that no longer fits blocks new guarantees.
-
-The verdict is ``guaranteed`` when both tests pass with the new job; otherwise ``best_effort``, or
-``rejected`` when the job cannot make its deadline even alone on the whole cluster at its fastest
-size or its spec says ``if_not_guaranteed: reject``. Either way it carries a counter-offer: the
-earliest deadline (on the slot grid) that passes the same test, found by binary search.
-
-The timeline is numpy arrays over slots of ``slot_s`` for the first four hours, then slots that
-double every 120 slots; every effective deadline is a slot edge, so deadlines are never rounded.
-The fill module's plan is the proof: :func:`backward_fill` returns it for checking.
+Running guaranteed jobs keep their units for the first slot. Guaranteed jobs that cannot make it
+even alone are left out and reported at risk; any other that no longer fits blocks new guarantees.
+``rejected`` only when the new job cannot make its deadline alone on the whole cluster at its
+fastest size, or its policy is ``reject``; otherwise ``best_effort``. Both carry a counter-offer: the
+earliest slot edge (plus margin) that passes the same tests, by binary search. Slots are ``slot_s``
+for the first 240, then double every 120; every effective deadline is a slot edge.
 """
 
 from __future__ import annotations
@@ -81,30 +73,18 @@ class Candidate:
     running_units: int = 0
 
     def __post_init__(self) -> None:
-        where = f"candidate[{self.name}]"
-        if not self.levels or any(n < 1 for n in self.levels):
-            raise SpecError(
-                f"{where}.levels", f"must be a non-empty list of sizes >= 1 (got {self.levels})"
-            )
-        if list(self.levels) != sorted(set(self.levels)):
-            raise SpecError(f"{where}.levels", f"must be strictly ascending (got {self.levels})")
-        if len(self.step_time) != len(self.levels):
-            raise SpecError(
-                f"{where}.step_time",
-                f"must have one value per level ({len(self.levels)}, got {len(self.step_time)})",
-            )
-        if any(not t > 0.0 for t in self.step_time):
-            raise SpecError(f"{where}.step_time", f"must be > 0 or inf (got {self.step_time})")
-        if self.remaining_steps < 0:
-            raise SpecError(
-                f"{where}.remaining_steps", f"must be >= 0 (got {self.remaining_steps})"
-            )
-        if not (self.margin >= 0.0 and math.isfinite(self.margin)):
-            raise SpecError(f"{where}.margin", f"must be a finite number >= 0 (got {self.margin})")
-        if math.isnan(self.deadline):
-            raise SpecError(f"{where}.deadline", "must be a number (got nan)")
-        if self.running_units < 0:
-            raise SpecError(f"{where}.running_units", f"must be >= 0 (got {self.running_units})")
+        lv, st = self.levels, self.step_time
+        for bad, name, rule in (
+            (not lv or lv[0] < 1 or list(lv) != sorted(set(lv)), "levels", "ascending sizes >= 1"),
+            (len(st) != len(lv) or any(not t > 0.0 for t in st), "step_time", "> 0 per level"),
+            (self.remaining_steps < 0, "remaining_steps", ">= 0"),
+            (not 0.0 <= self.margin < math.inf, "margin", "a finite number >= 0"),
+            (math.isnan(self.deadline), "deadline", "a number"),
+            (self.running_units < 0, "running_units", ">= 0"),
+        ):
+            if bad:
+                got = getattr(self, name)
+                raise SpecError(f"candidate[{self.name}].{name}", f"must be {rule} (got {got})")
 
     @property
     def due(self) -> float:
@@ -170,15 +150,9 @@ class Verdict:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (XCom, annotations)."""
-        return {
-            "kind": self.kind,
-            "units": self.units,
-            "reason": self.reason,
-            "counter_offer": self.counter_offer,
-            "reservations": dict(self.reservations),
-            "shares": dict(self.shares),
-            "at_risk": list(self.at_risk),
-        }
+        plain = {k: getattr(self, k) for k in ("kind", "units", "reason", "counter_offer")}
+        maps = {"reservations": dict(self.reservations), "shares": dict(self.shares)}
+        return plain | maps | {"at_risk": list(self.at_risk)}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
@@ -225,18 +199,16 @@ def _speeds(
             units.append(n)
             rates.append(rate)
     hull: list[tuple[float, float]] = []
-    for point in zip(rates, map(float, units), strict=True):  # rates and units both ascend
-        while len(hull) >= 2 and _turns_up(hull[-2], hull[-1], point):
+    for c in zip(rates, map(float, units), strict=True):  # lower hull; rates and units ascend
+        while len(hull) >= 2 and (
+            (hull[-1][1] - hull[-2][1]) * (c[0] - hull[-2][0])
+            >= (c[1] - hull[-2][1]) * (hull[-1][0] - hull[-2][0])
+        ):
             hull.pop()
-        hull.append(point)
+        hull.append(c)
     return _Speeds(
         np.array(units, dtype=np.int64), np.array(rates, dtype=np.float64), tuple(hull), pin_rate
     )
-
-
-def _turns_up(a: tuple[float, float], b: tuple[float, float], c: tuple[float, float]) -> bool:
-    """Whether ``b`` lies on or above the chord ``a -> c`` (so it is not on the lower hull)."""
-    return (b[1] - a[1]) * (c[0] - a[0]) >= (c[1] - a[1]) * (b[0] - a[0])
 
 
 def _hull_energy(hull: Sequence[tuple[float, float]], steps: float, window: float) -> float:
@@ -462,22 +434,13 @@ def backward_fill(
     pinned = sum(j.pin_units for j in js)
     tl = _Timeline(timeline(now, horizon, slot_s, [j.due for j in js]), capacity, slot_s, pinned)
     placed, failed = _run(tl, _edf(js), stop=False)
-    units: dict[str, IntArray] = {}
+    units = {j.name: np.zeros(tl.lens.size, dtype=np.int64) for j in js}
     for j in js:
-        row = np.zeros(tl.lens.size, dtype=np.int64)
-        row[: tl.npin] = j.pin_units
-        p = placed.get(j.name)
-        if p is not None:
-            row[p.start : p.end] = p.alloc
-        units[j.name] = row
-    return FillPlan(
-        tl.edges,
-        tl.free.copy(),
-        units,
-        {k: p.share for k, p in placed.items()},
-        tuple(failed),
-        tl.npin,
-    )
+        units[j.name][: tl.npin] = j.pin_units
+    for name, p in placed.items():
+        units[name][p.start : p.end] = p.alloc
+    shares = {k: p.share for k, p in placed.items()}
+    return FillPlan(tl.edges, tl.free.copy(), units, shares, tuple(failed), tl.npin)
 
 
 # --------------------------------------------------------------------------- the energy test
@@ -533,20 +496,12 @@ def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _kind(c: Candidate, hopeless: bool, policy: str) -> Kind:
-    return "rejected" if hopeless or policy == "reject" else "best_effort"
-
-
-def _slot0(tl: _Timeline, jobs: Sequence[_Job], placed: Mapping[str, _Placement]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for j in jobs:
-        p = placed.get(j.name)
-        if j.pin_units:
-            out[j.name] = j.pin_units
-        elif p is not None and p.start == 0 and p.alloc.size:
-            out[j.name] = int(p.alloc[0])
-        else:
-            out[j.name] = 0
+def _slot0(jobs: Sequence[_Job], placed: Mapping[str, _Placement]) -> dict[str, int]:
+    """Units each job holds in the first slot: running units, else its plan's first slot."""
+    out = {j.name: j.pin_units for j in jobs}
+    for name, p in placed.items():
+        if p.start == 0 and p.alloc.size and not out[name]:
+            out[name] = int(p.alloc[0])
     return out
 
 
@@ -680,7 +635,7 @@ def admit(
                 f"{new.name} fits at {share} units next to {len(s.healthy)} guaranteed job(s) "
                 f"and finishes by {_iso(fresh.due)} (deadline minus {new.margin:.0f} s margin)",
                 None,
-                _slot0(s.tl, [*s.healthy, fresh], placed),
+                _slot0([*s.healthy, fresh], placed),
                 {k: p.share for k, p in placed.items()},
                 s.at_risk,
             )
@@ -691,9 +646,9 @@ def admit(
         )
     s.tl.reset()
     base, base_failed = _run(s.tl, _edf(s.healthy), stop=False)
-    reservations = _slot0(s.tl, s.healthy, base)
+    reservations = _slot0(s.healthy, base)
     offer = _offer(s, base, base_failed, new.margin)
-    kind = _kind(new, hopeless, if_not_guaranteed)
+    kind: Kind = "rejected" if hopeless or if_not_guaranteed == "reject" else "best_effort"
     units = 0 if kind == "rejected" else fresh.quickest(fresh.due - now)
     tail = f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""
     return Verdict(
