@@ -13,7 +13,7 @@ thread runs: every ``clock.advance(s)`` runs exactly one tick, for deterministic
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import tempfile
 import threading
@@ -33,6 +33,9 @@ from qosflow.local.node import Node
 from qosflow.local.runner import ProcessRunner, Runner
 from qosflow.local.server import Listener
 from qosflow.local.store import Obj, Store, snapshot
+
+
+_LOG = logging.getLogger(__name__)
 
 
 def _total_memory() -> int:
@@ -172,8 +175,10 @@ class LocalCluster:
     def _run(self) -> None:
         """The controller loop of the wall-clock mode."""
         while not self._stopping.is_set():
-            with contextlib.suppress(Exception):
+            try:
                 self.tick()
+            except Exception:  # keep serving; the traceback goes to the daemon's log
+                _LOG.exception("local cluster tick failed")
             self._wake.wait(self.progress_tick_s)
             self._wake.clear()
 
