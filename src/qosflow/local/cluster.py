@@ -34,7 +34,6 @@ from qosflow.local.runner import ProcessRunner, Runner
 from qosflow.local.server import Listener
 from qosflow.local.store import Obj, Store, snapshot
 
-
 _LOG = logging.getLogger(__name__)
 
 
