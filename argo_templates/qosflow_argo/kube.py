@@ -9,6 +9,7 @@ from a kubeconfig; urllib3's own retries are switched off so the :class:`Retrier
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -111,7 +112,7 @@ class KubeApi:
         message = redact(message, _secret(self._api_client))
         if status in TRANSIENT_STATUS or status == 0:
             headers = exc.headers or {}
-            retry_after = parse_retry_after(headers.get("Retry-After"), 0.0)
+            retry_after = parse_retry_after(headers.get("Retry-After"), time.time())
             return TransientError(
                 f"HTTP {status}: {message}", status=status, retry_after=retry_after
             )
