@@ -8,7 +8,8 @@ Rules (DESIGN §3):
 * ``scale_up`` at once to ``n*`` when the extra units are free (at most one level beyond the
   largest observed size: a probe); ``bump`` (raise priority) when they are not free or the job is
   still queued;
-* ``scale_down`` only when a smaller observed level finishes by ``deadline - 2 * margin``, the dwell
+* ``scale_down`` only to a smaller level within the observed range that finishes by
+  ``deadline - 2 * margin``, the dwell
   time since the last rescale has passed, and the units given back for the rest of the run are
   worth more than ``3 x overhead x current units``;
 * when no size is known to make it but levels up to the knee are still unexplored, probe upwards
@@ -25,13 +26,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
 from qosflow.errors import SpecError
 from qosflow.predict import Belief, Prediction, predict
 from qosflow.spec import JobSpec
+from qosflow.speed import knee
 
 MARGIN_SHARE = 0.05
 """Share of the time left kept as margin (when larger than the absolute margin)."""
@@ -179,6 +181,7 @@ def _at(belief: Belief, snap: JobSnapshot, n: int) -> Prediction:
 
 def minimal_share(belief: Belief, snap: JobSnapshot) -> int | None:
     """Smallest level up to the knee whose conservative finish is by ``deadline - margin``."""
+    belief = _within_spec(belief, snap.spec)
     target = snap.spec.deadline - margin_for(snap.spec, snap.now)
     for n in belief.levels:
         if n > belief.knee:
@@ -233,14 +236,18 @@ def _grow(
     """Scale up towards ``need`` (``None``: probe upwards because no size is known to make it)."""
     goal = need if need is not None else belief.probe_limit
     target = min(goal, max(belief.probe_limit, snap.units))
-    if target <= snap.units:
-        target = next((n for n in belief.levels if n > snap.units), snap.units)
     now_pred, pred = _at(belief, snap, snap.units), _at(belief, snap, target)
     why = f"{_finish_words(now_pred, snap)} misses {_budget_words(snap, margin)}"
     probe = _probe_words(belief, target, need)
     if snap.queued:
         reason = f"queued; {why}; raise priority to start at {target} units{probe}"
         return _decision(Action.BUMP, pred, reason, snap, margin)
+    if target <= snap.units:  # the current size is not measured yet: the probe rule waits
+        reason = (
+            f"hold: {why}; {snap.units} units are not measured yet and the probe rule allows at "
+            f"most one level beyond the largest observed size ({goal} needed)"
+        )
+        return _decision(Action.ON_TRACK, now_pred, reason, snap, margin)
     if _in_dwell(snap):
         ago = snap.now - (snap.last_rescale_at or snap.now)
         reason = (
@@ -266,9 +273,14 @@ def _grow(
 def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> Decision | None:
     if _in_dwell(snap) or snap.queued:
         return None
+    # only sizes within the observed range: below it the (pessimistic for scaling up) prior
+    # would be optimistic about how little a smaller size slows the job down
+    low = min(belief.observed) if belief.observed else belief.levels[0]
     top = max(belief.observed) if belief.observed else belief.levels[-1]
     goal = snap.spec.deadline - 2.0 * margin
     for n in belief.levels:
+        if n < low:
+            continue
         if n >= snap.units or n > top:
             return None
         pred = _at(belief, snap, n)
@@ -318,6 +330,15 @@ def _too_big(snap: JobSnapshot, belief: Belief, margin: float, need: int) -> Dec
     return _decision(Action.AT_RISK, pred, reason, snap, margin)
 
 
+def _within_spec(belief: Belief, spec: JobSpec) -> Belief:
+    """The belief restricted to the spec's levels (a caller may have built it on more sizes)."""
+    allowed = set(spec.resources.levels)
+    if set(belief.levels) <= allowed:
+        return belief
+    levels = tuple(n for n in belief.levels if n in allowed) or tuple(spec.resources.levels)
+    return replace(belief, levels=levels, knee=knee(belief.median, levels))
+
+
 def decide(snap: JobSnapshot, belief: Belief, *, free_units: int) -> Decision:
     """Decide this round's action for one job.
 
@@ -331,6 +352,7 @@ def decide(snap: JobSnapshot, belief: Belief, *, free_units: int) -> Decision:
         a current size outside them (``on_track``/``done``).
     """
     spec = snap.spec
+    belief = _within_spec(belief, spec)
     margin = margin_for(spec, snap.now)
     here = _at(belief, snap, snap.units)
     if snap.steps_done >= spec.total_steps:

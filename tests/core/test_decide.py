@@ -6,6 +6,7 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -19,8 +20,8 @@ from qosflow.decide import (
     minimal_share,
 )
 from qosflow.errors import SpecError
-from qosflow.predict import Belief, oracle_belief, predict
-from qosflow.speed import SpeedModel, TableCurve
+from qosflow.predict import Belief, Calibration, belief_from_fit, oracle_belief, predict
+from qosflow.speed import SpeedModel, TableCurve, fit
 
 LEVELS = (1, 2, 4, 8, 16)
 # steps per second; 20 000 steps in 2 h after 600 s at 1 unit needs n* = 4
@@ -232,3 +233,43 @@ def test_decision_invariants(spec_of, t0, situation) -> None:
         assert d.conservative_finish <= spec.deadline - margin
     if d.action is Action.AT_RISK and minimal_share(belief, sn) is None:
         assert d.units <= belief.knee or d.units == s["units"]
+
+
+def test_a_belief_over_more_sizes_than_the_spec_allows_is_restricted(spec_of, t0) -> None:
+    job = spec_of(total_steps=20_000, deadline_s=7200.0, levels=(1, 2, 8))
+    belief = oracle_belief(CURVE, LEVELS)  # also knows 4 and 16
+    d = decide(snap(job, t0), belief, free_units=15)
+    assert d.action is Action.SCALE_UP and d.units == 8
+    assert minimal_share(belief, snap(job, t0)) == 8
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    t1=st.floats(0.2, 3.0),
+    t3=st.floats(0.0, 0.02),
+    plan=st.lists(st.sampled_from(LEVELS), min_size=1, max_size=3),
+    lam=st.integers(30, 300),
+    free=st.integers(0, 16),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_fitted_beliefs_keep_decisions_within_the_levels(
+    spec_of, stream_of, t0, t1, t3, plan, lam, free, seed
+) -> None:
+    truth = SpeedModel(0.02, t1, 0.02, t3, 0.05, node_size=8)
+    rng = np.random.default_rng(seed)
+    samples = stream_of(truth, [(n, 200) for n in plan], rng, start=t0)
+    done = 200 * len(plan)
+    total = 10 * done
+    job = spec_of(
+        total_steps=total, deadline_s=lam / 100 * total * truth.step_time(1), levels=LEVELS
+    )
+    belief = belief_from_fit(fit(samples, node_size=8, rng=rng), LEVELS, Calibration())
+    now = samples[-1].time
+    for units in LEVELS:
+        d = decide(JobSnapshot(job, now, done, units, False, None), belief, free_units=free)
+        assert d.units in LEVELS
+        if d.action is Action.SCALE_UP:
+            assert d.units <= belief.probe_limit and d.units - units <= free
+        if d.action is Action.SCALE_DOWN:
+            assert min(belief.observed) <= d.units < units
+            assert d.conservative_finish <= d.deadline - 2 * d.margin
