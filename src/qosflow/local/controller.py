@@ -11,7 +11,9 @@ read from each pod's progress file into ``status.nodes[].progress`` and summed i
 
 from __future__ import annotations
 
+import json
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from qosflow.local.clock import Clock, parse_rfc3339, rfc3339
@@ -66,9 +68,13 @@ class Controller:
         self._sync_all(now)
 
     def _sync_all(self, now: float) -> None:
+        """Sync every unfinished workflow; bump its resourceVersion only when it changed."""
         for wf in list(self.store.items("Workflow")):
             if not workflow_finished(wf):
+                before = json.dumps(wf, sort_keys=True)
                 self.sync(wf, now)
+                if json.dumps(wf, sort_keys=True) != before:
+                    self.store.touch(wf)
 
     def lookup_template(self, namespace: str) -> Any:
         """``name -> WorkflowTemplate`` in one namespace."""
@@ -381,12 +387,16 @@ class Controller:
         pods = [s for s in p.steps if s.node_id in nodes]
         if p.root_type != "Pod":
             self._group_nodes(wf, p, pods, now)
-        running = any(nodes[s.node_id].get("phase") == "Running" for s in pods)
+        running = any(
+            n.get("type") == "Pod" and n.get("phase") == "Running" for n in nodes.values()
+        )
+        for node in nodes.values():
+            if node.get("type") == "Retry":
+                node["progress"] = _sum_progress(nodes[c] for c in node.get("children") or [])
         status["conditions"] = [{"type": "PodRunning", "status": "True" if running else "False"}]
         self._summarise_progress(status)
         if name in nodes and p.root_type != "Pod":
             nodes[name]["progress"] = status["progress"]
-        self.store.touch(wf)
 
     def _group_nodes(self, wf: Obj, p: Plan, pods: list[PodStep], now: float) -> None:
         """The Steps/DAG root node and StepGroup nodes."""
@@ -441,9 +451,14 @@ class Controller:
     @staticmethod
     def _summarise_progress(status: Obj) -> None:
         """``status.progress`` = sum of the pod nodes' ``N/M``."""
-        done = total = 0
-        for node in (status.get("nodes") or {}).values():
-            if node.get("type") == "Pod" and node.get("progress"):
-                n, m = node["progress"].split("/")
-                done, total = done + int(n), total + int(m)
-        status["progress"] = f"{done}/{total}" if total else "0/1"
+        status["progress"] = _sum_progress((status.get("nodes") or {}).values())
+
+
+def _sum_progress(nodes: Iterable[Obj]) -> str:
+    """Sum of the ``N/M`` of the Pod nodes among ``nodes`` (``0/1`` when none)."""
+    done = total = 0
+    for node in nodes:
+        if node.get("type") == "Pod" and node.get("progress"):
+            n, m = node["progress"].split("/")
+            done, total = done + int(n), total + int(m)
+    return f"{done}/{total}" if total else "0/1"

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -144,14 +145,20 @@ class Node:
             ]
             if short:
                 reasons = ", ".join(f"1 Insufficient {n}" for n in short)
+                message = (
+                    f"0/1 nodes are available: {reasons}. preemption: 0/1 nodes are "
+                    "available: 1 No preemption victims found for incoming pod."
+                )
+                current = condition(pod, "PodScheduled")
+                if current is not None and current.get("message") == message:
+                    continue
                 set_condition(
                     pod,
                     "PodScheduled",
                     "False",
                     rfc3339(now) or "",
                     reason="Unschedulable",
-                    message=f"0/1 nodes are available: {reasons}. preemption: 0/1 nodes are "
-                    "available: 1 No preemption victims found for incoming pod.",
+                    message=message,
                 )
                 self.store.touch(pod)
                 continue
@@ -327,10 +334,23 @@ class Node:
                 "its container was stopped",
             )
 
-    def shutdown(self, now: float) -> None:
-        """Stop every container (server shutdown); pods are failed with a message."""
-        for pod in self.running_pods():
+    def shutdown(self, now: float, wait_s: float = 10.0) -> None:
+        """Stop every container when the server shuts down; the pods are failed with a message.
+
+        Processes get SIGTERM and up to ``wait_s`` real seconds to checkpoint and exit, then SIGKILL.
+        """
+        pods = self.running_pods()
+        for pod in pods:
             process = self.procs.get(pod_key(pod))
+            if process is not None and process.pid is not None:
+                process.terminate()
+        deadline = time.monotonic() + wait_s
+        for pod in pods:
+            process = self.procs.get(pod_key(pod))
+            while process is not None and process.pid is not None and time.monotonic() < deadline:
+                if process.poll(now) is not None:
+                    break
+                time.sleep(0.05)
             if process is not None:
                 process.kill()
             self._finish(
