@@ -1,7 +1,9 @@
 """Reading a Workflow (and its pod) into a :class:`~qosflow.cluster.JobStatus` — pure functions.
 
 * Phase: ``""``/absent and ``Pending`` → PENDING; ``Error`` folds into FAILED; a Failed/Error
-  workflow whose ``spec.shutdown`` is ``Stop`` was stopped for a checkpoint-restart → STOPPED.
+  workflow whose ``spec.shutdown`` is ``Stop`` was stopped for a checkpoint-restart → STOPPED. A
+  Running workflow whose training pod is still Pending (queued for resources: Argo says Running)
+  is reported PENDING with no start time, so policies see it as queued, not as slow.
 * Progress: ``N/M`` of the training Pod node (the newest attempt when the retry strategy made
   several). Values that are not ``N/M`` with ``0 <= N <= M``, ``M > 0`` are ignored, and so is
   Argo's automatic ``0/1``/``1/1`` when the job has more than one step (no report yet).
@@ -159,6 +161,10 @@ def job_status(
     total = int(args["steps"]) if args.get("steps", "").isdigit() else None
     node = training_node(wf)
     progress = parse_progress((node or {}).get("progress") or status.get("progress"))
+    phase = phase_of(wf)
+    started = parse_time((node or {}).get("startedAt") or status.get("startedAt"))
+    if phase is Phase.RUNNING and node is not None and node.get("phase") == "Pending":
+        phase, started = Phase.PENDING, None
     steps_done: int | None = None
     if progress is not None and (total is None or progress[1] == total or total == 1):
         steps_done, total = progress
@@ -175,14 +181,14 @@ def job_status(
         name=str(meta.get("name", "")),
         job=str(labels.get(LABEL_JOB, args.get("job", ""))),
         segment=int(segment) if segment.isdigit() else 0,
-        phase=phase_of(wf),
+        phase=phase,
         steps_done=steps_done,
         total_steps=total,
         units=units,
         priority_class=str(spec.get("podPriorityClassName") or ""),
         priority=int(spec.get("priority") or 0),
         message=message,
-        started_at=parse_time((node or {}).get("startedAt") or status.get("startedAt")),
+        started_at=started,
         finished_at=parse_time(status.get("finishedAt")),
         pod_name=(pod.get("metadata") or {}).get("name") if pod is not None else None,
         resize=resize,

@@ -220,3 +220,21 @@ def test_a_failing_trainer_fails_the_workflow_with_a_message(target: Target) -> 
     failed = target.wait(cluster, req.name, lambda s: s.phase.finished)
     assert failed.phase is Phase.FAILED and failed.message
     assert failed.finished_at is not None
+
+
+def test_a_segment_that_does_not_fit_is_queued_until_capacity_frees(target: Target) -> None:
+    cluster = target.cluster
+    if target.local is None:
+        pytest.skip("needs a node of known size (the local cluster's 2 CPUs)")
+    big = target.request("big", units=2, total_steps=10_000)
+    small = target.request("small", units=1, total_steps=10_000)
+    cluster.submit(big)
+    target.wait(cluster, big.name, lambda s: s.phase is Phase.RUNNING)
+    cluster.submit(small)
+    queued = target.wait(cluster, small.name, lambda s: bool(s.message))
+    assert queued.phase is Phase.PENDING and queued.started_at is None
+    assert "cpu" in queued.message.lower()
+    cluster.stop(big.name)
+    running = target.wait(cluster, small.name, lambda s: s.phase is Phase.RUNNING)
+    assert running.started_at is not None
+    cluster.stop(small.name)

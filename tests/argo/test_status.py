@@ -85,6 +85,22 @@ def test_progress_of_the_newest_training_attempt() -> None:
     assert (st.priority, st.priority_class, st.job, st.segment) == (7, "qosflow-low", "j", 0)
 
 
+def test_running_workflow_with_a_pending_pod_is_queued() -> None:
+    nodes = {
+        "n": {
+            "id": "n",
+            "type": "Pod",
+            "phase": "Pending",
+            "progress": "0/1",
+            "startedAt": "2026-11-29T10:05:00Z",
+            "message": "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu.",
+        }
+    }
+    st = job_status(wf(nodes=nodes))
+    assert st.phase is Phase.PENDING and st.started_at is None
+    assert "Insufficient cpu" in st.message
+
+
 def test_automatic_zero_of_one_is_not_a_report() -> None:
     nodes = {"n": {"id": "n", "type": "Pod", "phase": "Running", "progress": "0/1"}}
     st = job_status(wf(nodes=nodes))
