@@ -281,3 +281,23 @@ def test_active_deadline_fails_the_workflow(argo: Api, clock: VirtualClock) -> N
         wf["status"]["phase"] == "Failed"
         and wf["status"]["message"] == "Step exceeded its deadline"
     )
+
+
+def test_idle_ticks_do_not_bump_resource_versions(
+    argo: Api, kube: Api, clock: VirtualClock
+) -> None:
+    argo("POST", f"/api/v1/workflows/{NS}", json=container_wf("hold", cpu="2", steps=1000))
+    argo("POST", f"/api/v1/workflows/{NS}", json=container_wf("wait", cpu="2"))
+    clock.advance(1)
+    clock.advance(1)
+    waiting = (
+        _wf(argo, "wait")["metadata"]["resourceVersion"],
+        pod_of(kube, "wait")["metadata"]["resourceVersion"],
+    )
+    running = _wf(argo, "hold")["metadata"]["resourceVersion"]
+    clock.advance(1)
+    assert (
+        _wf(argo, "wait")["metadata"]["resourceVersion"],
+        pod_of(kube, "wait")["metadata"]["resourceVersion"],
+    ) == waiting
+    assert _wf(argo, "hold")["metadata"]["resourceVersion"] != running  # its progress moved

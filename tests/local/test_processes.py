@@ -132,3 +132,14 @@ def test_sigkill_after_grace_period(real: LocalCluster) -> None:
     pod = real.pods("deaf")[0]
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
     assert not (_workdir(real, "deaf") / "got-sigterm").exists()
+
+
+def test_server_shutdown_lets_processes_checkpoint(tmp_path: Path) -> None:
+    cluster = LocalCluster(cpus=2, state_dir=tmp_path / "state", progress_tick_s=0.05).start()
+    _submit(cluster, "bye", 2000)
+    cluster.wait_until(lambda: _progress(cluster, "bye") >= 2, timeout_s=60)
+    cluster.stop()
+    assert (_workdir(cluster, "bye") / "got-sigterm").exists()
+    wf = cluster.workflow("bye") or {}
+    assert wf["status"]["phase"] == "Failed"
+    assert "the local cluster was shut down" in wf["status"]["message"]
