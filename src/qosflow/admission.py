@@ -184,6 +184,7 @@ class _Speeds:
     rates: FloatArray
     hull: tuple[tuple[float, float], ...]
     pin_rate: float
+    rate_list: tuple[float, ...]
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -207,7 +208,11 @@ def _speeds(
             hull.pop()
         hull.append(c)
     return _Speeds(
-        np.array(units, dtype=np.int64), np.array(rates, dtype=np.float64), tuple(hull), pin_rate
+        np.array(units, dtype=np.int64),
+        np.array(rates, dtype=np.float64),
+        tuple(hull),
+        pin_rate,
+        tuple(rates),
     )
 
 
@@ -291,7 +296,7 @@ def timeline(now: float, horizon: float, slot_s: float, marks: Sequence[float]) 
 class _Placement:
     start: int
     end: int
-    alloc: IntArray
+    alloc: IntArray | int  # units per slot of [start, end), or one level throughout
     share: int
 
 
@@ -325,21 +330,22 @@ class _Timeline:
         if job.pin_units:
             need -= job.sp.pin_rate * (self.edge_list[min(end, self.npin)] - self.edge_list[0])
         if need <= _EPS * max(job.steps, 1.0):
-            return _Placement(end, end, np.zeros(0, dtype=np.int64), job.pin_units)
+            return _Placement(end, end, 0, job.pin_units)
         if end <= first:
             return None
         target, rates = need * (1.0 - _EPS), job.sp.rates
-        lo = int(np.searchsorted(rates * (self.edge_list[end] - self.edge_list[first]), target))
+        span = self.edge_list[end] - self.edge_list[first]
+        lo = bisect.bisect_left(job.sp.rate_list, target, key=lambda r: r * span)
         if lo >= rates.size:
             return None
         start = max(self.index(self.edge_list[end] - target / float(rates[lo])), first)
         cap = int(job.sp.units[lo])
         if int(self.free[start:end].min()) >= cap:  # the whole block at one level fits
-            return _Placement(start, end, np.full(end - start, cap, dtype=np.int64), cap)
+            return _Placement(start, end, cap, cap)
         hint, hi = 4 * (end - start) + 16, rates.size - 1
         best = self._fill(job, lo, first, end, target, hint)
         if best is None and hi > lo:
-            best = self._fill(job, hi, first, end, target, hint)
+            best = self._fill(job, hi, first, end, target, end)  # whole window at once
             lo += 1
             while best is not None and lo < hi:  # smallest cap in [lo, hi] that fits
                 mid = (lo + hi) // 2
@@ -358,11 +364,12 @@ class _Timeline:
         units, rates = job.sp.units, job.sp.rates
         while True:  # a window near the deadline first, widened only when needed
             idx = units.searchsorted(np.minimum(self.free[lo:end], cap), "right") - 1
-            done = (rates[idx] * self.lens[lo:end])[::-1].cumsum()
-            back = int(done.searchsorted(target))
-            if back < done.size:
-                start = end - 1 - back
-                return _Placement(start, end, units[idx[start - lo :]], cap)
+            work = rates[idx] * self.lens[lo:end]
+            if work.sum() >= target:  # cheap; the running sum only when the window suffices
+                back = int(work[::-1].cumsum().searchsorted(target))
+                if back < work.size:
+                    start = end - 1 - back
+                    return _Placement(start, end, units[idx[start - lo :]], cap)
             if lo == first:
                 return None
             hint *= 4
@@ -500,14 +507,14 @@ def _slot0(jobs: Sequence[_Job], placed: Mapping[str, _Placement]) -> dict[str, 
     """Units each job holds in the first slot: running units, else its plan's first slot."""
     out = {j.name: j.pin_units for j in jobs}
     for name, p in placed.items():
-        if p.start == 0 and p.alloc.size and not out[name]:
-            out[name] = int(p.alloc[0])
+        if p.start == 0 < p.end and not out[name]:
+            out[name] = p.alloc if isinstance(p.alloc, int) else int(p.alloc[0])
     return out
 
 
 @dataclass(frozen=True, slots=True)
 class _Setup:
-    healthy: list[_Job]
+    healthy: list[_Job]  # in deadline order
     fresh: _Job
     tl: _Timeline
     energy: _Energy
@@ -524,7 +531,7 @@ def _setup(
 ) -> _Setup:
     others = [c for c in admitted if c.guaranteed and c.name != new.name and c.remaining_steps > 0]
     jobs = [_job(c, capacity, i) for i, c in enumerate(others)]
-    healthy = [j for j in jobs if j.alone_s <= j.due - now]
+    healthy = _edf([j for j in jobs if j.alone_s <= j.due - now])
     at_risk = tuple(j.name for j in jobs if j.alone_s > j.due - now)
     fresh = _job(new, capacity, len(jobs))
     latest = max([j.due for j in healthy] + [fresh.due, now])
@@ -532,7 +539,7 @@ def _setup(
     edges = timeline(now, horizon, slot_s, [j.due for j in healthy] + [fresh.due])
     pinned = sum(j.pin_units for j in healthy)
     tl = _Timeline(edges, capacity, slot_s, pinned)
-    return _Setup(healthy, fresh, tl, _Energy(_edf(healthy), now, util * capacity), at_risk)
+    return _Setup(healthy, fresh, tl, _Energy(healthy, now, util * capacity), at_risk)
 
 
 def _offer(
@@ -541,8 +548,8 @@ def _offer(
     """Earliest slot edge at which the newcomer passes both tests, by binary search."""
     if base_failed or not s.fresh.top:
         return None
-    order = _edf(s.healthy)
-    dues = [j.due for j in order]
+    order = s.healthy
+    dues = s.energy.dues
     tl = s.tl
 
     def passes(k: int) -> bool:
@@ -626,7 +633,8 @@ def admit(
         else s.energy.check(fresh, fresh.due)
     )
     if why is None:
-        placed, failed = _run(s.tl, _edf([*s.healthy, fresh]), stop=True)
+        k = bisect.bisect_right(s.energy.dues, fresh.due)
+        placed, failed = _run(s.tl, [*s.healthy[:k], fresh, *s.healthy[k:]], stop=True)
         if not failed:
             share = placed[new.name].share
             return Verdict(
@@ -645,7 +653,7 @@ def admit(
             else f"guaranteeing {new.name} would make {failed[0]} miss its deadline"
         )
     s.tl.reset()
-    base, base_failed = _run(s.tl, _edf(s.healthy), stop=False)
+    base, base_failed = _run(s.tl, s.healthy, stop=False)
     reservations = _slot0(s.healthy, base)
     offer = _offer(s, base, base_failed, new.margin)
     kind: Kind = "rejected" if hopeless or if_not_guaranteed == "reject" else "best_effort"
