@@ -44,6 +44,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("depth", "QOSFLOW_DEPTH", "3", "hidden layers"),
     Option("input_dim", "QOSFLOW_INPUT_DIM", "256", "input features"),
     Option("lr", "QOSFLOW_LR", "0.01", "learning rate"),
+    Option("shards", "QOSFLOW_SHARDS", "8", "batch shards computed in parallel (max useful CPUs)"),
     Option("cpu_check_every", "QOSFLOW_CPU_CHECK_EVERY", "5", "re-read allowed CPUs every N steps"),
     Option("keep_checkpoints", "QOSFLOW_KEEP_CHECKPOINTS", "3", "checkpoints kept on disk"),
     Option(
@@ -69,6 +70,7 @@ class TrainerConfig(BaseModel):
     depth: int = Field(ge=1)
     input_dim: int = Field(ge=1)
     lr: float = Field(gt=0.0)
+    shards: int = Field(ge=1)
     cpu_check_every: int = Field(ge=1)
     keep_checkpoints: int = Field(ge=1)
     log_every: int = Field(ge=0)
@@ -88,6 +90,7 @@ class TrainerConfig(BaseModel):
             "width": self.width,
             "depth": self.depth,
             "input_dim": self.input_dim,
+            "shards": self.shards,
         }
 
 

@@ -12,7 +12,8 @@ least 1): more BLAS threads than the quota only buys throttling stalls. The cgro
 are the process's own cgroup and all its ancestors (from ``/proc/self/cgroup``), since a limit
 set on the pod's parent cgroup binds the container too.
 
-:class:`CpuFollower` re-reads the budget and resizes the BLAS/OpenMP pools (threadpoolctl). When
+:class:`CpuFollower` re-reads the budget and resizes a thread pool — by default the BLAS/OpenMP
+pools (threadpoolctl); the reference trainer passes its own worker pool instead. When
 the affinity mask of the main thread changed, it copies the new mask to every thread of the
 process: ``os.sched_setaffinity(pid, ...)`` by an outside agent only changes the main thread, and
 worker threads created earlier would otherwise stay on the old CPUs.
@@ -118,12 +119,14 @@ def spread_affinity(mask: set[int]) -> int:
 
 
 class CpuFollower:
-    """Keeps the BLAS/OpenMP thread pools sized to :func:`allowed_cpus`.
+    """Keeps a thread pool sized to :func:`allowed_cpus`.
 
     Args:
         cpu_max: Passed to :func:`allowed_cpus`.
         reader: Replaces :func:`allowed_cpus` entirely (tests).
         controller: threadpoolctl controller (default: one over the loaded libraries).
+        apply: Called with the new thread count (default: limit the BLAS/OpenMP pools of
+            ``controller`` to it).
     """
 
     def __init__(
@@ -132,9 +135,11 @@ class CpuFollower:
         cpu_max: Path | Sequence[Path] | None = None,
         reader: Callable[[], int] | None = None,
         controller: ThreadpoolController | None = None,
+        apply: Callable[[int], object] | None = None,
     ) -> None:
         self._reader = reader or (lambda: allowed_cpus(cpu_max=cpu_max))
         self._controller = controller or ThreadpoolController()
+        self._apply = apply or (lambda n: self._controller.limit(limits=n))
         self._mask: frozenset[int] = frozenset(os.sched_getaffinity(0))
         self.threads = 0
 
@@ -151,12 +156,12 @@ class CpuFollower:
         wanted = self._reader()
         if wanted == self.threads:
             return None
-        self._controller.limit(limits=wanted)
+        self._apply(wanted)
         self.threads = wanted
         return wanted
 
     def pool_sizes(self) -> dict[str, int]:
-        """Current thread count of each loaded pool, by library file name."""
+        """Current thread count of each loaded BLAS/OpenMP pool, by library file name."""
         return {
             Path(str(info["filepath"])).name: int(info["num_threads"])
             for info in self._controller.info()

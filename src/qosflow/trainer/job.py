@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from threadpoolctl import ThreadpoolController
+
 from qosflow.errors import SpecError
 from qosflow.trainer.checkpoint import CheckpointStore
 from qosflow.trainer.config import TrainerConfig
@@ -29,6 +31,7 @@ from qosflow.trainer.cpus import CpuFollower
 from qosflow.trainer.model import Params, Task, init_params, loss, sgd_step
 from qosflow.trainer.preemption import EXIT_CHECKPOINTED, EXIT_OK, install_checkpoint_handler
 from qosflow.trainer.progress import ProgressFile
+from qosflow.trainer.workers import WorkerPool
 
 RESULT_FILE = "result.json"
 
@@ -70,7 +73,12 @@ class TrainingJob:
         self.clock = clock
         self.store = CheckpointStore(config.checkpoint_dir, keep=config.keep_checkpoints)
         self.task = Task(config.shape, config.seed)
-        self.follower = CpuFollower(cpu_max=config.cgroup_cpu_max)
+        self.workers = WorkerPool(1)
+        blas = ThreadpoolController()
+        blas.limit(limits=1)  # one BLAS thread per worker: see qosflow.trainer.workers
+        self.follower = CpuFollower(
+            cpu_max=config.cgroup_cpu_max, controller=blas, apply=self.workers.resize
+        )
 
     def _start_state(self) -> tuple[_State, int | None]:
         cfg = self.config
@@ -115,7 +123,12 @@ class TrainingJob:
         threads = self.follower.check()
         if threads is not None:
             emit(
-                self.stderr, "threads", step=step, threads=threads, pools=self.follower.pool_sizes()
+                self.stderr,
+                "threads",
+                step=step,
+                threads=threads,
+                workers=self.workers.threads,
+                blas=self.follower.pool_sizes(),
             )
 
     def run(self) -> int:
@@ -142,6 +155,7 @@ class TrainingJob:
             raise
         finally:
             handler.uninstall()
+            self.workers.close()
         self._save(state)
         progress.update(state.step, force=True)
         result: dict[str, Any] = {
@@ -165,7 +179,9 @@ class TrainingJob:
                 if state.step % cfg.cpu_check_every == 0 or self.follower.threads == 0:
                     self._follow_cpus(state.step)
                 x, y = self.task.batch(state.step, cfg.batch_size)
-                batch_loss = sgd_step(state.params, x, y, lr=cfg.lr)
+                batch_loss = sgd_step(
+                    state.params, x, y, lr=cfg.lr, shards=cfg.shards, mapper=self.workers
+                )
                 state.step += 1
                 if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
                     self._save(state)

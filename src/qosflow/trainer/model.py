@@ -15,8 +15,9 @@ sees.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,8 @@ Array = npt.NDArray[np.float64]
 Params = dict[str, Array]
 
 _TEACHER, _INIT, _EVAL, _BATCH = 0, 1, 2, 3
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,35 +118,93 @@ def loss(params: Params, x: Array, y: Array) -> float:
     return float(np.mean((out - y) ** 2))
 
 
-def sgd_step(params: Params, x: Array, y: Array, *, lr: float, momentum: float = 0.9) -> float:
-    """One momentum-SGD step on the batch, in place.
+class Mapper(Protocol):
+    """Runs a function over items and returns the results in order (a thread pool, or inline)."""
 
-    Returns:
-        The batch loss before the update.
-    """
+    def map(self, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+        """``[fn(item) for item in items]``, possibly in parallel."""
+        ...
+
+
+class Inline:
+    """A :class:`Mapper` that runs everything in the calling thread."""
+
+    def map(self, fn: Callable[[_T], _R], items: Sequence[_T]) -> list[_R]:
+        """``[fn(item) for item in items]``."""
+        return [fn(item) for item in items]
+
+
+def _shard_grads(params: Params, x: Array, y: Array, scale: float) -> tuple[float, Params]:
+    """Squared-error sum and gradients (times ``scale``) of one shard of the batch."""
     out, acts = forward(params, x)
     diff = out - y
-    batch_loss = float(np.mean(diff**2))
-    grad = diff * (2.0 / diff.size)
-    grads: dict[str, Any] = {}
+    sq = float(np.dot(diff.ravel(), diff.ravel()))
+    grad = diff * scale
+    grads: Params = {}
     for i in range(_layers(params) - 1, -1, -1):
         grads[f"w{i}"] = acts[i].T @ grad
         grads[f"b{i}"] = grad.sum(axis=0)
         if i > 0:
             grad = grad @ params[f"w{i}"].T
             grad *= acts[i] > 0.0
-    for name, g in grads.items():
-        _momentum_update(params[name], params[f"v_{name}"], g, lr=lr, momentum=momentum)
-    return batch_loss
+    return sq, grads
+
+
+def _chunks(params: Params, elements: int = 65_536) -> list[tuple[str, slice]]:
+    """Row slices of every trainable tensor, about ``elements`` values each."""
+    out: list[tuple[str, slice]] = []
+    for name, value in params.items():
+        if name.startswith("v_"):
+            continue
+        cols = int(np.prod(value.shape[1:])) if value.ndim > 1 else 1
+        rows = max(1, elements // cols)
+        out += [(name, slice(r, r + rows)) for r in range(0, value.shape[0], rows)]
+    return out
+
+
+def sgd_step(
+    params: Params,
+    x: Array,
+    y: Array,
+    *,
+    lr: float,
+    momentum: float = 0.9,
+    shards: int = 8,
+    mapper: Mapper | None = None,
+) -> float:
+    """One momentum-SGD step on the batch, in place, split into ``shards`` parallel tasks.
+
+    The batch is cut into ``shards`` fixed row ranges whose gradients are computed independently
+    (``mapper`` runs them, e.g. on a thread pool of any size) and summed in shard order; the
+    optimizer update is then run in parallel over row slices of each tensor. Every floating-point
+    operation and its order depend on ``shards`` only, never on the number of threads, so runs
+    with different CPU counts give bit-identical results. BLAS itself is meant to run with one
+    thread per caller (see :mod:`qosflow.trainer.workers` for why).
+
+    Returns:
+        The batch loss (mean squared error) before the update.
+    """
+    run = mapper or Inline()
+    bounds = np.linspace(0, len(x), min(shards, len(x)) + 1).astype(int)
+    parts = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+    scale = 2.0 / y.size
+    results = run.map(lambda s: _shard_grads(params, x[s], y[s], scale), parts)
+
+    def update(chunk: tuple[str, slice]) -> None:
+        name, rows = chunk
+        total = results[0][1][name][rows].copy()
+        for _, grads in results[1:]:
+            total += grads[name][rows]
+        _momentum_update(
+            params[name][rows], params[f"v_{name}"][rows], total, lr=lr, momentum=momentum
+        )
+
+    run.map(update, _chunks(params))
+    return sum(sq for sq, _ in results) / y.size
 
 
 def _momentum_update(p: Array, v: Array, g: Array, *, lr: float, momentum: float) -> None:
-    """``v = momentum * v + g; p -= lr * v`` in place; ``g`` is reused as scratch space.
-
-    Plain numpy on purpose: calling scipy's BLAS here would wake a second OpenBLAS thread pool
-    whose spinning workers fight numpy's pool for the same CPUs (measured: 2 threads got slower
-    than 1).
-    """
+    """``v = momentum * v + g; p -= lr * v`` in place; ``g`` is reused as scratch space."""
     v *= momentum
     v += g
     np.multiply(v, lr, out=g)
