@@ -326,3 +326,36 @@ def test_submit_from_template(argo: Api, clock: VirtualClock) -> None:
     assert wf["spec"]["arguments"]["parameters"] == [{"name": "p", "value": "2"}]
     bad = {**body, "submitOptions": {"parameters": ["novalue"]}}
     assert argo("POST", f"/api/v1/workflows/{NS}/submit", json=bad).status_code == 500
+
+
+def test_wrong_json_types_are_400_like_gos_decoder(
+    argo: Api, kube: Api, clock: VirtualClock
+) -> None:
+    request = container_wf("typed")
+    request["workflow"]["spec"]["templates"] = "not-a-list"
+    response = argo("POST", f"/api/v1/workflows/{NS}", json=request)
+    assert response.status_code == 400
+    assert response.json() == {
+        "code": 3,
+        "message": "json: cannot unmarshal string into Go struct field "
+        "WorkflowCreateRequest.workflow.spec.templates of type []struct",
+    }
+    request = container_wf("typed")
+    request["workflow"]["spec"]["templates"][0]["container"]["command"] = "python -c pass"
+    assert argo("POST", f"/api/v1/workflows/{NS}", json=request).status_code == 400
+    request = container_wf("typed")
+    request["workflow"]["spec"]["priority"] = "high"
+    assert argo("POST", f"/api/v1/workflows/{NS}", json=request).status_code == 400
+    request = container_wf("typed")
+    request["workflow"]["spec"]["unknownField"] = {
+        "x": 1
+    }  # unknown fields are ignored, as upstream
+    assert argo("POST", f"/api/v1/workflows/{NS}", json=request).status_code == 200
+    clock.advance(1)
+    bad = kube(
+        "PATCH",
+        f"/api/v1/namespaces/{NS}/pods/typed/resize",
+        json={"spec": {"containers": {"main": 1}}},
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    )
+    assert bad.status_code == 400 and bad.json()["kind"] == "Status"

@@ -18,6 +18,7 @@ from qosflow.local.clock import Clock, rfc3339
 from qosflow.local.controller import Controller, workflow_finished
 from qosflow.local.pods import LABEL_WORKFLOW
 from qosflow.local.query import apply_fields, field_selector, label_selector
+from qosflow.local.shapes import WORKFLOW, check
 from qosflow.local.status import ARGO_VERSION, ApiError, already_exists, invalid, not_found
 from qosflow.local.store import Obj, Store, snapshot
 from qosflow.local.workflow import effective_spec, lint, plan
@@ -149,8 +150,9 @@ class ArgoApi:
 
     def create(self, ns: str, body: Any, **_: Any) -> tuple[int, Any]:
         """``POST /api/v1/workflows/{ns}`` (WorkflowCreateRequest)."""
-        if not isinstance(body, dict) or not isinstance(body.get("workflow"), dict):
+        if not isinstance(body, dict) or body.get("workflow") is None:
             raise ApiError(400, "workflow body not specified")
+        check(body["workflow"], WORKFLOW, "WorkflowCreateRequest.workflow")
         return self._create(ns, body["workflow"], body)
 
     def _create(self, ns: str, source: Obj, body: Obj) -> tuple[int, Any]:
@@ -219,8 +221,9 @@ class ArgoApi:
 
     def lint(self, ns: str, body: Any, **_: Any) -> tuple[int, Any]:
         """``POST /api/v1/workflows/{ns}/lint``: validation only."""
-        if not isinstance(body, dict) or not isinstance(body.get("workflow"), dict):
+        if not isinstance(body, dict) or body.get("workflow") is None:
             raise ApiError(400, "workflow body not specified")
+        check(body["workflow"], WORKFLOW, "WorkflowLintRequest.workflow")
         return self._create(ns, body["workflow"], {"createOptions": {"dryRun": ["All"]}})
 
     def list(self, ns: str, query: Query, **_: Any) -> tuple[int, Any]:
@@ -284,8 +287,9 @@ class ArgoApi:
 
     @staticmethod
     def _template_doc(body: Any) -> Obj:
-        if not isinstance(body, dict) or not isinstance(body.get("template"), dict):
+        if not isinstance(body, dict) or body.get("template") is None:
             raise ApiError(400, "workflow template was not found in the request body")
+        check(body["template"], WORKFLOW, "WorkflowTemplateCreateRequest.template")
         source = body["template"]
         doc: Obj = {
             "apiVersion": API_VERSION,

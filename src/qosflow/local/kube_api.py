@@ -17,6 +17,7 @@ from qosflow.local.node import NODE_NAME, Node
 from qosflow.local.patch import apply_patch
 from qosflow.local.pods import RESIZABLE, qos_class, quantity
 from qosflow.local.query import field_selector, label_selector
+from qosflow.local.shapes import POD_PATCH, check
 from qosflow.local.status import ApiError, already_exists, invalid, not_found
 from qosflow.local.store import Obj, Store, snapshot
 
@@ -203,6 +204,8 @@ class KubeApi:
     def resize(self, ns: str, name: str, body: Any, content_type: str, **_: Any) -> tuple[int, Any]:
         """``PATCH .../pods/{name}/resize``: validate, store the desired resources, bump generation."""
         pod = self._pod_or_404(ns, name)
+        if isinstance(body, dict):
+            check(body, POD_PATCH, "Pod")
         patched = apply_patch(pod, body, content_type, strategic_ok=True)
         new = (patched.get("spec") or {}).get("containers") or []
         old = pod["spec"]["containers"]

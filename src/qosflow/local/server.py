@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import socket
 import threading
@@ -25,6 +26,7 @@ from qosflow.local.faults import FaultPlan, FaultRule
 from qosflow.local.status import ARGO_UNAUTHENTICATED, ARGO_VERSION, ApiError
 from qosflow.local.store import Store
 
+_LOG = logging.getLogger(__name__)
 Handler = Callable[..., tuple[int, Any]]
 Route = tuple[str, re.Pattern[str], Handler]
 
@@ -126,6 +128,10 @@ class Listener:
             )
         except ApiError as exc:
             self._send_error(req, exc)
+            return
+        except Exception as exc:  # a bug here must still answer like a server, never drop
+            _LOG.exception("%s %s failed", method, path)
+            self._send_error(req, ApiError(500, f"internal error: {type(exc).__name__}: {exc}"))
             return
         if rule is not None and rule.action == "drop_after":
             self._drop(req)
