@@ -483,7 +483,11 @@ class _Energy:
             )
         if p < len(self.dues) and self.tail_min[p] < mine * (1.0 - _EPS):
             k = p + int(np.argmin(self.slack[p:]))
-            return f"the jobs due by {_iso(self.dues[k])} would need more unit-hours than exist"
+            need, have = self.cum[k + 1] + mine, self.supply * (self.dues[k] - self.now)
+            return (
+                f"the jobs due by {_iso(self.dues[k])} would need {need / 3600:.1f} unit-hours "
+                f"but only {have / 3600:.1f} exist"
+            )
         return None
 
 
@@ -640,8 +644,8 @@ def admit(
             return Verdict(
                 "guaranteed",
                 share,
-                f"{new.name} fits at {share} units next to {len(s.healthy)} guaranteed job(s) "
-                f"and finishes by {_iso(fresh.due)} (deadline minus {new.margin:.0f} s margin)",
+                f"{new.name} fits at {share} units next to {len(s.healthy)} guaranteed job(s), "
+                f"done by {_iso(fresh.due)} (deadline minus a {new.margin:.0f} s margin)",
                 None,
                 _slot0([*s.healthy, fresh], placed),
                 {k: p.share for k, p in placed.items()},
