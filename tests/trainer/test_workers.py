@@ -4,7 +4,7 @@ import threading
 
 import numpy as np
 
-from qosflow.trainer.model import ModelShape, Task, init_params, sgd_step
+from qosflow.trainer.model import ModelShape, Task, init_params, sgd_step, train_step
 from qosflow.trainer.workers import WorkerPool
 
 
@@ -49,3 +49,16 @@ def test_shard_count_only_reorders_sums() -> None:
     lb = sgd_step(b, x, y, lr=0.01, shards=8)
     assert abs(la - lb) <= 1e-12 * abs(la)
     np.testing.assert_allclose(a["w0"], b["w0"], rtol=1e-10, atol=1e-14)
+
+
+def test_train_step_draws_shards_in_parallel_and_matches_sgd_step() -> None:
+    shape = ModelShape(input_dim=16, width=48, depth=2)
+    task = Task(shape, 4)
+    a, b = init_params(shape, 4), init_params(shape, 4)
+    pool = WorkerPool(2)
+    for k in range(3):
+        la = train_step(a, task, k, 60, lr=0.01, shards=8, mapper=pool)
+        lb = sgd_step(b, *task.batch(k, 60, shards=8), lr=0.01, shards=8)
+        assert la == lb
+    pool.close()
+    assert all(np.array_equal(a[n], b[n]) for n in a)

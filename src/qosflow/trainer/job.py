@@ -28,7 +28,7 @@ from qosflow.errors import SpecError
 from qosflow.trainer.checkpoint import CheckpointStore
 from qosflow.trainer.config import TrainerConfig
 from qosflow.trainer.cpus import CpuFollower
-from qosflow.trainer.model import Params, Task, init_params, loss, sgd_step
+from qosflow.trainer.model import Params, Task, init_params, loss, train_step
 from qosflow.trainer.preemption import EXIT_CHECKPOINTED, EXIT_OK, install_checkpoint_handler
 from qosflow.trainer.progress import ProgressFile
 from qosflow.trainer.workers import WorkerPool
@@ -178,9 +178,14 @@ class TrainingJob:
             with critical():
                 if state.step % cfg.cpu_check_every == 0 or self.follower.threads == 0:
                     self._follow_cpus(state.step)
-                x, y = self.task.batch(state.step, cfg.batch_size)
-                batch_loss = sgd_step(
-                    state.params, x, y, lr=cfg.lr, shards=cfg.shards, mapper=self.workers
+                batch_loss = train_step(
+                    state.params,
+                    self.task,
+                    state.step,
+                    cfg.batch_size,
+                    lr=cfg.lr,
+                    shards=cfg.shards,
+                    mapper=self.workers,
                 )
                 state.step += 1
                 if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:

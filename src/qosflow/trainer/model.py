@@ -75,9 +75,29 @@ class Task:
         y += 0.01 * rng.standard_normal(y.shape)
         return x, y
 
-    def batch(self, index: int, size: int) -> tuple[Array, Array]:
-        """Training batch ``index`` (0-based): a function of ``(seed, index)`` only."""
-        return self._draw(np.random.default_rng([self.seed, _BATCH, index]), size)
+    def shard(self, index: int, size: int, shards: int, part: int) -> tuple[Array, Array]:
+        """Rows of shard ``part`` of training batch ``index``; see :meth:`batch`."""
+        rows = shard_bounds(size, shards)
+        rng = np.random.default_rng([self.seed, _BATCH, index, part])
+        return self._draw(rng, rows[part + 1] - rows[part])
+
+    def batch(self, index: int, size: int, shards: int = 8) -> tuple[Array, Array]:
+        """Training batch ``index`` (0-based): a function of ``(seed, index, shards)`` only.
+
+        Each of the ``shards`` row blocks is drawn from its own generator, so the shards can be
+        generated in parallel by the threads that train on them.
+        """
+        parts = [self.shard(index, size, shards, p) for p in range(_count(size, shards))]
+        return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
+
+
+def _count(size: int, shards: int) -> int:
+    return max(1, min(shards, size))
+
+
+def shard_bounds(size: int, shards: int) -> list[int]:
+    """Row boundaries of the fixed shards of a batch of ``size`` rows."""
+    return [int(b) for b in np.linspace(0, size, _count(size, shards) + 1).astype(int)]
 
 
 def init_params(shape: ModelShape, seed: int) -> Params:
@@ -172,35 +192,75 @@ def sgd_step(
     shards: int = 8,
     mapper: Mapper | None = None,
 ) -> float:
-    """One momentum-SGD step on the batch, in place, split into ``shards`` parallel tasks.
+    """One momentum-SGD step on the batch ``(x, y)``, in place; see :func:`train_step`.
 
-    The batch is cut into ``shards`` fixed row ranges whose gradients are computed independently
-    (``mapper`` runs them, e.g. on a thread pool of any size) and summed in shard order; the
-    optimizer update is then run in parallel over row slices of each tensor. Every floating-point
+    Returns:
+        The batch loss (mean squared error) before the update.
+    """
+    rows = shard_bounds(len(x), shards)
+    parts = [slice(a, b) for a, b in itertools.pairwise(rows)]
+    scale = 2.0 / y.size
+    run = mapper or Inline()
+    results = run.map(lambda s: _shard_grads(params, x[s], y[s], scale), parts)
+    return _update(params, results, y.size, lr=lr, momentum=momentum, run=run)
+
+
+def train_step(
+    params: Params,
+    task: Task,
+    index: int,
+    size: int,
+    *,
+    lr: float,
+    momentum: float = 0.9,
+    shards: int = 8,
+    mapper: Mapper | None = None,
+) -> float:
+    """One momentum-SGD step on training batch ``index`` of ``task``, in place.
+
+    The batch is cut into ``shards`` fixed row blocks; each task draws its block (see
+    :meth:`Task.batch`) and computes its gradients with single-threaded BLAS, ``mapper`` runs the
+    tasks (e.g. on a thread pool of any size), the gradients are summed in shard order, and the
+    optimizer update runs in parallel over row slices of each tensor. Every floating-point
     operation and its order depend on ``shards`` only, never on the number of threads, so runs
-    with different CPU counts give bit-identical results. BLAS itself is meant to run with one
-    thread per caller (see :mod:`qosflow.trainer.workers` for why).
+    with different CPU counts give bit-identical results (same as
+    ``sgd_step(params, *task.batch(index, size, shards), shards=shards)``).
 
     Returns:
         The batch loss (mean squared error) before the update.
     """
     run = mapper or Inline()
-    bounds = np.linspace(0, len(x), min(shards, len(x)) + 1).astype(int)
-    parts = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
-    scale = 2.0 / y.size
-    results = run.map(lambda s: _shard_grads(params, x[s], y[s], scale), parts)
+    scale = 2.0 / (size * task.shape.output_dim)
+
+    def grads(part: int) -> tuple[float, Params]:
+        x, y = task.shard(index, size, shards, part)
+        return _shard_grads(params, x, y, scale)
+
+    results = run.map(grads, range(_count(size, shards)))
+    return _update(params, results, size * task.shape.output_dim, lr=lr, momentum=momentum, run=run)
+
+
+def _update(
+    params: Params,
+    results: list[tuple[float, Params]],
+    values: int,
+    *,
+    lr: float,
+    momentum: float,
+    run: Mapper,
+) -> float:
+    """Sum shard gradients in shard order and apply the momentum update, chunk by chunk."""
 
     def update(chunk: tuple[str, slice]) -> None:
         name, rows = chunk
         total = results[0][1][name][rows].copy()
         for _, grads in results[1:]:
             total += grads[name][rows]
-        _momentum_update(
-            params[name][rows], params[f"v_{name}"][rows], total, lr=lr, momentum=momentum
-        )
+        v = params[f"v_{name}"][rows]
+        _momentum_update(params[name][rows], v, total, lr=lr, momentum=momentum)
 
     run.map(update, _chunks(params))
-    return sum(sq for sq, _ in results) / y.size
+    return sum(sq for sq, _ in results) / values
 
 
 def _momentum_update(p: Array, v: Array, g: Array, *, lr: float, momentum: float) -> None:
