@@ -34,8 +34,17 @@ SMALL = (
 
 
 def segment(
-    job: str, seg: int, units: int, ckpt: Path, *, resume: bool, total: int = TOTAL
+    job: str,
+    seg: int,
+    units: int,
+    ckpt: Path,
+    *,
+    resume: bool,
+    total: int = TOTAL,
+    width: int = 256,
 ) -> SubmitRequest:
+    options = [*SMALL]
+    options[options.index("--width") + 1] = str(width)
     return SubmitRequest(
         job=job,
         segment=seg,
@@ -46,7 +55,7 @@ def segment(
         priority_class="qosflow-normal",
         priority=0,
         image="local",
-        command=("python", "-m", "qosflow.trainer", *SMALL),
+        command=("python", "-m", "qosflow.trainer", *options),
         memory_per_unit="256Mi",
         deadline=time.time() + 3600,
         checkpoint_dir=str(ckpt),
@@ -100,7 +109,10 @@ def cluster(tmp_path: Path) -> Iterator[ArgoCluster]:
 
 @pytest.mark.slow
 def test_in_place_resize_raises_the_step_rate(cluster: ArgoCluster, tmp_path: Path) -> None:
-    first = cluster.submit(segment("rate", 0, 1, tmp_path / "ckpt", resume=False, total=5000))
+    # wider layers: more work per BLAS call, so two threads have something to share
+    first = cluster.submit(
+        segment("rate", 0, 1, tmp_path / "ckpt", resume=False, total=5000, width=512)
+    )
     wait(cluster, first.name, lambda s: (s.steps_done or 0) >= 10)
     rate1 = step_rate(cluster, first.name, 3.0)
     resized = cluster.resize(first.name, 2)
