@@ -135,7 +135,8 @@ class Verdict:
             smallest size meeting the deadline alone when best effort, 0 when rejected.
         reason: One sentence with the numbers.
         counter_offer: Earliest deadline (epoch seconds) that would be guaranteed, or ``None``.
-        reservations: Units the plan gives each guaranteed job in the first slot (now).
+        reservations: Units the plan gives each guaranteed job in the first slot (now); empty
+            when the verdict needed no plan (no deadline, nothing left, no size fits).
         shares: Minimal satisfactory share (unit cap) of each guaranteed job in the plan.
         at_risk: Guaranteed jobs the plan cannot fit any more.
     """

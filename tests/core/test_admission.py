@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -193,6 +194,37 @@ def test_a_guarantee_is_backed_by_a_fill_that_succeeds(
     check_plan(plan, kept, capacity)
     assert verdict.units == plan.shares["new"]
     assert verdict.units in new.levels
+
+
+@st.composite
+def running_scenarios(draw: st.DrawFn) -> tuple[Candidate, list[Candidate], int]:
+    """Like :func:`scenarios`, but some guaranteed jobs are running (at most the capacity)."""
+    new, admitted, capacity = draw(scenarios())
+    free, running = capacity, []
+    for c in admitted:
+        units = draw(st.integers(0, free))
+        free -= units
+        running.append(dataclasses.replace(c, running_units=units))
+    return new, running, capacity
+
+
+@PROPS
+@given(running_scenarios())
+def test_running_jobs_keep_their_units_and_the_plan_still_holds(
+    sc: tuple[Candidate, list[Candidate], int],
+) -> None:
+    new, admitted, capacity = sc
+    verdict = admit(new, admitted, capacity=capacity, now=NOW, slot_s=SLOT)
+    for c in admitted:  # (no reservations when the verdict needed no plan)
+        if c.name not in verdict.at_risk and verdict.reservations:
+            assert verdict.reservations[c.name] >= c.running_units
+    if verdict.kind == "guaranteed":
+        kept = [c for c in admitted if c.name not in verdict.at_risk] + [new]
+        plan = backward_fill(kept, capacity=capacity, now=NOW, slot_s=SLOT)
+        assert plan.ok, plan.failed
+        check_plan(plan, kept, capacity)
+        for c in kept:
+            assert (plan.units[c.name][: plan.pinned_slots] >= c.running_units).all()
 
 
 @PROPS
