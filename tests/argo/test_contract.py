@@ -238,3 +238,24 @@ def test_a_segment_that_does_not_fit_is_queued_until_capacity_frees(target: Targ
     running = target.wait(cluster, small.name, lambda s: s.phase is Phase.RUNNING)
     assert running.started_at is not None
     cluster.stop(small.name)
+
+
+def test_the_template_makes_a_valid_guaranteed_pod(target: Target) -> None:
+    import kubernetes_validate
+
+    cluster = target.cluster
+    req = target.request("podshape", units=1, total_steps=10_000)
+    cluster.submit(req)
+    st = target.wait(cluster, req.name, lambda s: s.pod_name is not None)
+    assert st.pod_name is not None
+    pod = cluster.kube.get_pod(st.pod_name)
+    # a real API server may be newer than the 1.33 schemas: strict only on the local cluster
+    kubernetes_validate.validate(pod, "1.33.0", strict=target.local is not None)
+    main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+    assert main["resources"]["requests"] == main["resources"]["limits"]
+    assert main["resources"]["requests"]["cpu"] in ("1", 1)
+    env = {e["name"]: e.get("value") for e in main.get("env", [])}
+    assert env["QOSFLOW_TOTAL_STEPS"] == "10000" and env["QOSFLOW_RESUME"] == "auto"
+    assert pod["metadata"]["labels"]["workflows.argoproj.io/workflow"] == req.name
+    assert pod["spec"].get("priorityClassName") == "qosflow-normal"
+    cluster.stop(req.name)
