@@ -21,6 +21,7 @@ from qosflow.local.query import apply_fields, field_selector, label_selector
 from qosflow.local.shapes import WORKFLOW, check
 from qosflow.local.status import ARGO_VERSION, ApiError, already_exists, invalid, not_found
 from qosflow.local.store import Obj, Store, snapshot
+from qosflow.local.watch import WatchHub
 from qosflow.local.workflow import effective_spec, lint, plan
 
 GROUP = "argoproj.io"
@@ -93,12 +94,18 @@ class ArgoApi:
     """Route handlers of the Argo Server."""
 
     def __init__(
-        self, store: Store, clock: Clock, controller: Controller, wake: Callable[[], None]
+        self,
+        store: Store,
+        clock: Clock,
+        controller: Controller,
+        wake: Callable[[], None],
+        hub: WatchHub | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.controller = controller
         self.wake = wake
+        self.hub = hub or WatchHub(store)
 
     def routes(self) -> list[tuple[str, str, Callable[..., tuple[int, Any]]]]:
         """``(method, path regex, handler)``; named groups become keyword arguments."""
@@ -112,6 +119,7 @@ class ArgoApi:
             ("POST", f"{wf}/{ns}/submit", self.submit),
             ("POST", f"{wf}/{ns}/lint", self.lint),
             ("GET", f"{wf}/{ns}", self.list),
+            ("GET", f"/api/v1/workflow-events/{ns}", self.watch),
             ("GET", f"{wf}/{ns}/{name}", self.get),
             ("DELETE", f"{wf}/{ns}/{name}", self.delete),
             ("PUT", f"{wf}/{ns}/{name}/stop", lambda **kw: self.shutdown("Stop", **kw)),
@@ -240,6 +248,22 @@ class ArgoApi:
             meta["continue"] = str(offset + limit)
         result = {"metadata": meta, "items": [snapshot(w) for w in page] or None}
         return 200, apply_fields(result, _q(query, "fields"))
+
+    def watch(self, ns: str, query: Query, accept: str = "", **_: Any) -> tuple[int, Any]:
+        """``GET /api/v1/workflow-events/{ns}``: SSE or NDJSON stream of workflow events."""
+        match_labels = label_selector(_q(query, "listOptions.labelSelector"))
+        selector = _q(query, "listOptions.fieldSelector") or ""
+        match_fields = field_selector(selector, _WF_FIELDS)
+        named = re.fullmatch(r"metadata\.name=([^,]+)", selector)
+        if named and self.store.get("Workflow", ns, named.group(1)) is None:
+            raise not_found("workflows", named.group(1), group=GROUP)
+        stream = self.hub.workflows(
+            ns,
+            lambda wf: match_labels(wf) and match_fields(wf),
+            _q(query, "fields"),
+            "text/event-stream" in accept,
+        )
+        return 200, stream
 
     def get(self, ns: str, name: str, query: Query, **_: Any) -> tuple[int, Any]:
         """``GET /api/v1/workflows/{ns}/{name}`` (``fields`` supported).

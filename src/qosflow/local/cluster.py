@@ -33,6 +33,7 @@ from qosflow.local.node import Node
 from qosflow.local.runner import ProcessRunner, Runner
 from qosflow.local.server import Listener
 from qosflow.local.store import Obj, Store, snapshot
+from qosflow.local.watch import WatchHub
 
 _LOG = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class LocalCluster:
         grace_s: Default ``terminationGracePeriodSeconds`` of pods.
         memory: Allocatable memory in bytes (this machine's by default).
         namespace: The namespace qosflow uses.
+        watch_keepalive_s: Interval of the ``:`` keep-alive lines of SSE watch streams.
     """
 
     def __init__(
@@ -73,6 +75,7 @@ class LocalCluster:
         grace_s: float = 30.0,
         memory: int | None = None,
         namespace: str = "qosflow",
+        watch_keepalive_s: float = 15.0,
     ) -> None:
         if cpus < 1:
             raise ClusterError(f"cpus: must be >= 1 (got {cpus})")
@@ -102,6 +105,7 @@ class LocalCluster:
         self.controller = Controller(self.store, self.clock, self.node)
         self._argo: Listener | None = None
         self._kube: Listener | None = None
+        self.watches = WatchHub(self.store, keepalive_s=watch_keepalive_s)
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._loop: threading.Thread | None = None
@@ -118,7 +122,7 @@ class LocalCluster:
         with self.store.lock:
             self.node.recover(self.clock.now())
             kube = KubeApi(self.store, self.clock, self.node, self.wake, self.namespace)
-            argo = ArgoApi(self.store, self.clock, self.controller, self.wake)
+            argo = ArgoApi(self.store, self.clock, self.controller, self.wake, self.watches)
             self.controller.tick(self.clock.now())
         self.store.save(force=True)
         self._argo = Listener("argo", argo.routes(), self.store, self.token, self.faults, self.port)
@@ -149,6 +153,7 @@ class LocalCluster:
             self._loop.join(timeout=10)
         if isinstance(self.clock, VirtualClock):
             self.clock.unsubscribe(self._on_advance)
+        self.watches.close()
         for listener in (self._argo, self._kube):
             if listener is not None:
                 listener.stop()
@@ -199,6 +204,10 @@ class LocalCluster:
     def wake(self) -> None:
         """Run a tick soon (wall-clock mode); a no-op with a virtual clock."""
         self._wake.set()
+
+    def break_watches(self) -> None:
+        """End every open watch stream with Argo's in-band ``EOF`` error (clients must reconnect)."""
+        self.watches.break_all()
 
     def tick(self) -> None:
         """Run one controller tick now and save the state."""

@@ -25,6 +25,7 @@ import yaml
 from qosflow.local.faults import FaultPlan, FaultRule
 from qosflow.local.status import ARGO_UNAUTHENTICATED, ARGO_VERSION, ApiError
 from qosflow.local.store import Store
+from qosflow.local.watch import Stream
 
 _LOG = logging.getLogger(__name__)
 Handler = Callable[..., tuple[int, Any]]
@@ -123,9 +124,7 @@ class Listener:
             return
         try:
             self._authenticate(req)
-            status, body = self._dispatch(
-                method, path, query, raw, req.headers.get("Content-Type") or ""
-            )
+            status, body = self._dispatch(method, path, query, raw, req.headers)
         except ApiError as exc:
             self._send_error(req, exc)
             return
@@ -135,6 +134,9 @@ class Listener:
             return
         if rule is not None and rule.action == "drop_after":
             self._drop(req)
+            return
+        if isinstance(body, Stream):
+            self._stream(req, body)
             return
         self._send(req, status, body)
 
@@ -166,7 +168,7 @@ class Listener:
         raise ApiError(401, "Unauthorized")
 
     def _dispatch(
-        self, method: str, path: str, query: dict[str, list[str]], raw: bytes, ctype: str
+        self, method: str, path: str, query: dict[str, list[str]], raw: bytes, headers: Any
     ) -> tuple[int, Any]:
         """Find the route, parse the body, call the handler under the store lock."""
         allowed = False
@@ -177,9 +179,16 @@ class Listener:
             allowed = True
             if route_method != method:
                 continue
+            ctype = headers.get("Content-Type") or ""
             body = self._parse(raw, ctype)
             with self.store.lock:
-                result = handler(body=body, query=query, content_type=ctype, **match.groupdict())
+                result = handler(
+                    body=body,
+                    query=query,
+                    content_type=ctype,
+                    accept=headers.get("Accept") or "",
+                    **match.groupdict(),
+                )
             if method != "GET":
                 self.store.save()
             return result
@@ -220,6 +229,27 @@ class Listener:
         req.end_headers()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             req.wfile.write(data)
+
+    def _stream(self, req: BaseHTTPRequestHandler, stream: Stream) -> None:
+        """Send a chunked stream until it ends or the client goes away."""
+        req.send_response(200)
+        req.send_header("Content-Type", stream.content_type)
+        req.send_header("Transfer-Encoding", "chunked")
+        if self.kind == "argo":
+            req.send_header("Grpc-Metadata-Argo-Version", ARGO_VERSION)
+        req.end_headers()
+        req.close_connection = True
+        try:
+            for chunk in stream.chunks:
+                req.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                req.wfile.flush()
+            req.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            return
+        finally:
+            close = getattr(stream.chunks, "close", None)
+            if close is not None:
+                close()
 
     def _send_error(self, req: BaseHTTPRequestHandler, exc: ApiError) -> None:
         headers = {}

@@ -35,6 +35,7 @@ class Store:
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
         self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)  # notified on every write (watch streams)
         self._objects: dict[Key, Obj] = {}
         self._order: dict[Key, int] = {}
         self._seq = 0
@@ -77,10 +78,12 @@ class Store:
         return obj
 
     def touch(self, obj: Obj) -> None:
-        """Mark ``obj`` as changed: new resourceVersion, state to be saved."""
-        self._rv += 1
-        obj["metadata"]["resourceVersion"] = str(self._rv)
-        self._dirty = True
+        """Mark ``obj`` as changed: new resourceVersion, state to be saved, watchers woken."""
+        with self.lock:
+            self._rv += 1
+            obj["metadata"]["resourceVersion"] = str(self._rv)
+            self._dirty = True
+            self.changed.notify_all()
 
     def delete(self, kind: str, namespace: str, name: str) -> Obj | None:
         """Remove an object; returns it, or ``None`` when it did not exist."""
@@ -90,6 +93,8 @@ class Store:
         if obj is not None:
             self._rv += 1
             self._dirty = True
+            with self.lock:
+                self.changed.notify_all()
         return obj
 
     @property
