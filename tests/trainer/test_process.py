@@ -61,7 +61,7 @@ def test_progress_file_is_always_a_valid_nondecreasing_value(trainer: Any, tmp_p
     assert code == 0
     seen.append(parse_progress(progress.read_text())[0])  # type: ignore[index]
     assert seen == sorted(seen)
-    assert seen[0] in (0, *seen) and seen[-1] == 400
+    assert len(seen) >= 2 and seen[-1] == 400  # observed while running, then the end
     # no temporary files left behind next to the progress file
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
 

@@ -12,7 +12,7 @@ Exit codes:
 * ``1`` — unexpected error;
 * ``2`` — bad configuration (also: ``QOSFLOW_RESUME=true`` without a valid checkpoint, or a
   checkpoint directory holding another run's checkpoints);
-* ``75`` — stopped by SIGTERM after writing a checkpoint (``{"event": "stopped", ...}`` on stdout);
+* ``75`` — stopped by SIGTERM (or Ctrl-C) after writing a checkpoint (``{"event": "stopped", ...}`` on stdout);
   rerun with resume to continue.
 """
 

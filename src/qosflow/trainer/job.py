@@ -15,6 +15,7 @@ Output contract (stable: the local cluster, the Argo templates and the tests rel
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -145,7 +146,7 @@ class TrainingJob:
             progress.update(state.step, force=True)
             emit(self.stdout, "stopped", steps=state.step, checkpoint=str(path))
 
-        handler = install_checkpoint_handler(on_stop)
+        handler = install_checkpoint_handler(on_stop, signals=(signal.SIGTERM, signal.SIGINT))
         try:
             with progress.heartbeat(1.0):
                 self._loop(state, progress, handler.critical)
