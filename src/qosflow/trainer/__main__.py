@@ -1,8 +1,9 @@
 """``python -m qosflow.trainer``: the qosflow reference training job.
 
 Options come from flags or, for an Argo template, from environment variables (``--help`` lists
-both): ``QOSFLOW_TOTAL_STEPS``, ``QOSFLOW_BATCH_SIZE``, ``QOSFLOW_SEED``, ``QOSFLOW_CHECKPOINT_DIR``,
-``QOSFLOW_CHECKPOINT_EVERY``, ``QOSFLOW_RESUME`` (auto|true|false), the size knobs
+both): ``QOSFLOW_TOTAL_STEPS``, ``QOSFLOW_BATCH_SIZE``, ``QOSFLOW_SEED``,
+``QOSFLOW_CHECKPOINT_DIR``, ``QOSFLOW_CHECKPOINT_EVERY``, ``QOSFLOW_RESUME`` (auto|true|false),
+the size knobs
 ``QOSFLOW_WIDTH`` / ``QOSFLOW_DEPTH`` / ``QOSFLOW_INPUT_DIM``, and ``ARGO_PROGRESS_FILE``.
 
 Exit codes:
@@ -12,8 +13,8 @@ Exit codes:
 * ``1`` — unexpected error;
 * ``2`` — bad configuration (also: ``QOSFLOW_RESUME=true`` without a valid checkpoint, or a
   checkpoint directory holding another run's checkpoints);
-* ``75`` — stopped by SIGTERM (or Ctrl-C) after writing a checkpoint (``{"event": "stopped", ...}`` on stdout);
-  rerun with resume to continue.
+* ``75`` — stopped by SIGTERM (or Ctrl-C) after writing a checkpoint (``{"event": "stopped",
+  ...}`` on stdout); rerun with resume to continue.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class Skipped:
 
 @dataclass(frozen=True, slots=True)
 class Latest:
-    """Result of :meth:`CheckpointStore.latest`: the newest valid checkpoint and what was skipped."""
+    """The newest valid checkpoint (:meth:`CheckpointStore.latest`) and what was skipped."""
 
     checkpoint: Checkpoint | None
     skipped: tuple[Skipped, ...] = field(default=())

@@ -5,9 +5,9 @@ container, then SIGKILL after the pod's grace period (30 s by default). qosflow 
 stop -> checkpoint -> resubmit with resume, so a training loop must turn SIGTERM into a checkpoint.
 
 :func:`install_checkpoint_handler` does that: on SIGTERM it calls ``save_fn()`` and raises
-``SystemExit(EXIT_CHECKPOINTED)``. A SIGTERM that arrives inside a :meth:`CheckpointHandler.critical`
-block (an optimizer update, a checkpoint being written) is held until the block ends, so the
-checkpoint never captures a half-updated model. A second SIGTERM while saving is ignored.
+``SystemExit(EXIT_CHECKPOINTED)``. A SIGTERM that arrives inside a
+:meth:`CheckpointHandler.critical` block (an optimizer update, a checkpoint being written) is held
+until the block ends, so the checkpoint never captures a half-updated model. A second SIGTERM while saving is ignored.
 
 Exit codes of the reference trainer (and the default here):
 
