@@ -13,6 +13,7 @@ It never reads a clock: the time of each observation comes from the cluster (``C
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +41,7 @@ class WatchEvent:
         message: The failure message, or the decision's reason.
         samples: Progress samples observed during this watch.
         finished_at: When the workflow finished, for ``done`` and ``failed``.
+        units: The job's size when the event was taken.
     """
 
     status: str
@@ -49,6 +51,7 @@ class WatchEvent:
     message: str
     samples: tuple[ProgressSample, ...]
     finished_at: float | None = None
+    units: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (the trigger event payload)."""
@@ -61,6 +64,7 @@ class WatchEvent:
                 "message": self.message,
                 "samples": samples_to_rows(self.samples),
                 "finished_at": self.finished_at,
+                "units": self.units,
             }
         )
 
@@ -102,7 +106,9 @@ class Watcher:
         if self.end_only or not self._enough(status.units):
             return None
         decision = self.decide(status, now=now, free_units=free_units)
-        if decision.action in (Action.ON_TRACK, Action.DONE):
+        if decision.action in (Action.ON_TRACK, Action.DONE) or not math.isfinite(
+            decision.median_finish
+        ):  # nothing to do, or no steady speed measured yet: keep watching
             self.held = None
             return None
         if self.held is None or self.held.action != decision.action:
@@ -158,7 +164,9 @@ class Watcher:
                 deadline=self.spec.deadline,
                 margin=margin,
             )
-            return WatchEvent(DONE, self.workflow, now, done, done.reason, samples, finished)
+            return WatchEvent(
+                DONE, self.workflow, now, done, done.reason, samples, finished, status.units
+            )
         detail = status.message or f"workflow ended in phase {status.phase.value}"
         message = f"training workflow {status.name} {status.phase.value.lower()}: {detail}"
         return WatchEvent(FAILED, self.workflow, now, None, message, samples, finished)

@@ -197,6 +197,9 @@ def test_each_action_maps_to_its_configured_task():
     }
     for action, task_id in branches.items():
         assert branch_for({"action": action}, branches) == task_id
+    at_risk = {"action": "at_risk", "units": 2}
+    assert branch_for(at_risk, branches, current_units=1) == "g.rescale"
+    assert branch_for(at_risk, branches, current_units=2) == "g.bump"
     with pytest.raises(AirflowFailException, match="unknown action"):
         branch_for({"action": "panic"}, branches)
     with pytest.raises(AirflowFailException, match="no branch configured"):

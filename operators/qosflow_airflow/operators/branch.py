@@ -11,8 +11,15 @@ from airflow.sdk.exceptions import AirflowFailException
 from qosflow.decide import Action
 
 
-def branch_for(decision: Mapping[str, Any] | None, branches: Mapping[str, str]) -> str:
+def branch_for(
+    decision: Mapping[str, Any] | None,
+    branches: Mapping[str, str],
+    current_units: int | None = None,
+) -> str:
     """The task id for a decision's action (``done`` when the watch saw the job end).
+
+    ``at_risk`` with a size other than the current one goes to the rescale branch first (the
+    most the job can get is worth more than a priority class a running pod cannot change).
 
     Raises:
         AirflowFailException: When the decision is missing or its action has no branch.
@@ -24,6 +31,12 @@ def branch_for(decision: Mapping[str, Any] | None, branches: Mapping[str, str]) 
         Action(action)
     except ValueError:
         raise AirflowFailException(f"decision.action: unknown action {action!r}") from None
+    target = decision.get("units")
+    if action == Action.AT_RISK.value and current_units is not None and target is not None:
+        if int(target) > current_units:
+            action = Action.SCALE_UP.value
+        elif int(target) < current_units:
+            action = Action.SCALE_DOWN.value
     if action not in branches:
         raise AirflowFailException(f"no branch configured for action {action!r}")
     return branches[action]
@@ -50,7 +63,7 @@ class DeadlineBranchOperator(BaseBranchOperator):
         """The task id of the decided action."""
         event = context["ti"].xcom_pull(task_ids=self.watch_task_id) or {}
         decision = event.get("decision")
-        chosen = branch_for(decision, self.branches)
+        chosen = branch_for(decision, self.branches, event.get("units"))
         self.log.info(
             "decision %s → %s: %s", (decision or {}).get("action"), chosen, event.get("message")
         )

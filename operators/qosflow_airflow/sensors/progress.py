@@ -29,7 +29,16 @@ from qosflow_airflow.triggers.progress import (
 )
 from qosflow_airflow.watch import FAILED, Watcher
 
-WATCH_KEYS = ("status", "workflow", "time", "decision", "message", "samples", "finished_at")
+WATCH_KEYS = (
+    "status",
+    "workflow",
+    "time",
+    "decision",
+    "message",
+    "samples",
+    "finished_at",
+    "units",
+)
 
 
 class DeadlineProgressSensor(BaseSensorOperator):

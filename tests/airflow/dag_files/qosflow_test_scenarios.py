@@ -12,13 +12,16 @@ with DAG(
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
+    render_template_as_native_obj=True,
     params={
         "name": Param("scenario", type="string"),
         "steps": Param(100, type="integer"),
         "deadline": Param("PT5M", type="string"),
         "if_not_guaranteed": Param("run_best_effort", type="string"),
         "width": Param(512, type="integer"),
-        "step_s": Param(0.5, type="number", description="the user's estimate of s/step on 1 CPU"),
+        "step_s": Param(
+            None, type=["null", "number"], description="the user's estimate of s/step on 1 CPU"
+        ),
         "initial_units": Param(None, type=["null", "integer"]),
         "report_dir": Param(".qosflow/reports", type="string"),
     },
@@ -34,7 +37,7 @@ with DAG(
             "step_seconds_estimate": "{{ params.step_s }}",
             "margin_seconds": 5,
             "dwell_seconds": 8,
-            "command": ["python", "-m", "qosflow.trainer", "--width", "{{ params.width }}"],
+            "command": ["python", "-m", "qosflow.trainer", "--width={{ params.width }}"],
         },
         rounds=3,
         initial_units="{{ params.initial_units }}",
