@@ -7,7 +7,8 @@ stop -> checkpoint -> resubmit with resume, so a training loop must turn SIGTERM
 :func:`install_checkpoint_handler` does that: on SIGTERM it calls ``save_fn()`` and raises
 ``SystemExit(EXIT_CHECKPOINTED)``. A SIGTERM that arrives inside a
 :meth:`CheckpointHandler.critical` block (an optimizer update, a checkpoint being written) is held
-until the block ends, so the checkpoint never captures a half-updated model. A second SIGTERM while saving is ignored.
+until the block ends, so the checkpoint never captures a half-updated model. A second SIGTERM
+while saving is ignored.
 
 Exit codes of the reference trainer (and the default here):
 
