@@ -158,3 +158,28 @@ def test_resume_true_without_checkpoint_exits_2(trainer: Any, tmp_path: Path) ->
     code, _ = t.finish()
     assert code == 2
     assert "QOSFLOW_RESUME" in "".join(t.stderr_lines)
+
+
+def test_thread_pool_follows_a_cgroup_quota_change(trainer: Any, tmp_path: Path) -> None:
+    cpus = two_cpus()
+    if cpus is None:
+        pytest.skip("needs 2 CPUs")
+    cpu_max = tmp_path / "cpu.max"
+    cpu_max.write_text("100000 100000\n")  # a 1-CPU limit, while affinity allows 2
+    t = trainer(
+        steps=1_000_000,
+        cpus=cpus,
+        extra={
+            "QOSFLOW_CGROUP_CPU_MAX": str(cpu_max),
+            "QOSFLOW_CPU_CHECK_EVERY": "1",
+            "QOSFLOW_CHECKPOINT_EVERY": "0",
+        },
+    )
+    assert t.wait_event(lambda e: e["event"] == "threads")["threads"] == 1
+    tmp = tmp_path / "cpu.max.tmp"
+    tmp.write_text("max 100000\n")  # the limit is lifted
+    tmp.replace(cpu_max)
+    assert t.wait_event(lambda e: e["event"] == "threads")["threads"] == 2
+    t.proc.send_signal(signal.SIGTERM)
+    code, _ = t.finish()
+    assert code == 75
