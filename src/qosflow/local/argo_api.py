@@ -19,7 +19,14 @@ from qosflow.local.controller import Controller, workflow_finished
 from qosflow.local.pods import LABEL_WORKFLOW
 from qosflow.local.query import apply_fields, field_selector, label_selector
 from qosflow.local.shapes import WORKFLOW, check
-from qosflow.local.status import ARGO_VERSION, ApiError, already_exists, invalid, not_found
+from qosflow.local.status import (
+    ARGO_VERSION,
+    ApiError,
+    already_exists,
+    conflict,
+    invalid,
+    not_found,
+)
 from qosflow.local.store import Obj, Store, snapshot
 from qosflow.local.watch import WatchHub
 from qosflow.local.workflow import effective_spec, lint, plan
@@ -366,12 +373,7 @@ class ArgoApi:
                 group=GROUP,
             )
         if str(version) != current["metadata"]["resourceVersion"]:
-            raise ApiError(
-                409,
-                f'Operation cannot be fulfilled on workflowtemplates.argoproj.io "{name}": the object '
-                "has been modified; please apply your changes to the latest version and try again",
-                reason="Conflict",
-            )
+            raise conflict("workflowtemplates.argoproj.io", name)
         meta = current["metadata"]
         doc["metadata"].update(
             {k: meta[k] for k in ("name", "namespace", "uid", "creationTimestamp") if k in meta}

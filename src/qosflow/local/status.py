@@ -134,3 +134,14 @@ def invalid(kind: str, name: str, causes: list[tuple[str, str]], *, group: str =
             ],
         },
     )
+
+
+def conflict(resource: str, name: str) -> ApiError:
+    """A 409 ``Conflict`` for a stale ``resourceVersion`` (``resource`` like ``pods``)."""
+    return ApiError(
+        409,
+        f'Operation cannot be fulfilled on {resource} "{name}": the object has been modified; '
+        "please apply your changes to the latest version and try again",
+        reason="Conflict",
+        details={"name": name, "kind": resource.split(".")[0]},
+    )
