@@ -53,3 +53,15 @@ def test_custom_exit_code_and_uninstall_restores_previous_handler() -> None:
     assert exc.value.code == 3
     handler.uninstall()
     assert signal.getsignal(signal.SIGTERM) is previous
+
+
+def test_disarmed_handler_ignores_signals() -> None:
+    saved: list[int] = []
+    handler = install_checkpoint_handler(lambda: saved.append(1))
+    handler.disarm()
+    with handler.critical():
+        os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert saved == [] and not handler.requested
+    handler.uninstall()

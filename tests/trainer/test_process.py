@@ -84,6 +84,7 @@ def test_sigterm_writes_checkpoint_and_exits_75_then_resume_matches_uninterrupte
     assert at >= 5
     assert Path(lines[0]["checkpoint"]).name == f"ckpt-{at:010d}.qfck"
     assert Path(lines[0]["checkpoint"]).is_file()
+    assert not (tmp_path / "a" / "result.json").exists()  # only a finished run writes it
     assert parse_progress(progress.read_text()) == (at, 1_000_000)
 
     # Batch k depends only on (seed, k), so the checkpoint of step `at` continues into a run of

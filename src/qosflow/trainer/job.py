@@ -136,6 +136,7 @@ class TrainingJob:
         """Train to ``total_steps`` (or until SIGTERM) and return the exit code."""
         cfg = self.config
         state, resumed_from = self._start_state()
+        (cfg.checkpoint_dir / RESULT_FILE).unlink(missing_ok=True)  # exists iff this run finished
         started = self.clock()
         emit(self.stderr, "start", step=state.step, total=cfg.total_steps, seed=cfg.seed)
         progress = ProgressFile(cfg.progress_file, cfg.total_steps, clock=self.clock)
@@ -150,6 +151,8 @@ class TrainingJob:
         try:
             with progress.heartbeat(1.0):
                 self._loop(state, progress, handler.critical)
+            handler.disarm()  # finishing now: a late SIGTERM must not cut the result short
+            return self._finish(state, progress, resumed_from, started)
         except SystemExit as exc:
             if exc.code == EXIT_CHECKPOINTED:
                 return EXIT_CHECKPOINTED
@@ -157,6 +160,11 @@ class TrainingJob:
         finally:
             handler.uninstall()
             self.workers.close()
+
+    def _finish(
+        self, state: _State, progress: ProgressFile, resumed_from: int | None, started: float
+    ) -> int:
+        cfg = self.config
         self._save(state)
         progress.update(state.step, force=True)
         result: dict[str, Any] = {

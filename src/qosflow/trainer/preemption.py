@@ -54,6 +54,7 @@ class CheckpointHandler:
         self._depth = 0
         self._saving = False
         self.requested = False
+        self._armed = True
         self._previous: dict[int, _Handler] = {}
 
     def install(self) -> None:
@@ -69,6 +70,10 @@ class CheckpointHandler:
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         self._previous.clear()
 
+    def disarm(self) -> None:
+        """Ignore stop signals from now on (e.g. while writing the final result of a run)."""
+        self._armed = False
+
     @contextmanager
     def critical(self) -> Iterator[None]:
         """Hold a stop signal until the block ends (blocks may nest)."""
@@ -77,10 +82,12 @@ class CheckpointHandler:
             yield
         finally:
             self._depth -= 1
-        if self._depth == 0 and self.requested and not self._saving:
+        if self._depth == 0 and self.requested and self._armed and not self._saving:
             self._save_and_exit()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if not self._armed:
+            return
         self.requested = True
         if self._depth == 0 and not self._saving:
             self._save_and_exit()
