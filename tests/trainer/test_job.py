@@ -43,6 +43,8 @@ def test_env_defaults_and_flags_override(tmp_path: Path) -> None:
     )
     assert cfg.total_steps == 9 and cfg.checkpoint_every == 3 and cfg.resume == "false"
     assert cfg.progress_file == Path("/p") and cfg.batch_size == 1024 and cfg.cgroup_cpu_max is None
+    assert parse_config(["--steps=4"], {"QOSFLOW_RESUME": "Yes"}).total_steps == 4
+    assert parse_config([], {"QOSFLOW_RESUME": " 0 "}).resume == "false"
 
 
 @pytest.mark.parametrize(

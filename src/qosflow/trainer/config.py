@@ -55,6 +55,17 @@ OPTIONS: tuple[Option, ...] = (
 )
 
 
+ALIASES = {"total_steps": ("--steps",)}
+_RESUME_WORDS = {
+    "1": "true",
+    "yes": "true",
+    "on": "true",
+    "0": "false",
+    "no": "false",
+    "off": "false",
+}
+
+
 class TrainerConfig(BaseModel):
     """Validated trainer configuration."""
 
@@ -103,8 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for opt in OPTIONS:
         default = f" [default {opt.default}]" if opt.default is not None else ""
+        flags = ["--" + opt.name.replace("_", "-"), *ALIASES.get(opt.name, ())]
         parser.add_argument(
-            "--" + opt.name.replace("_", "-"),
+            *flags,
             dest=opt.name,
             default=None,
             help=f"{opt.help}; env {opt.env}{default}",
@@ -125,7 +137,10 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> TrainerConf
         if value is None:
             value = environ.get(opt.env) or opt.default
         if value is not None:
-            raw[opt.name] = value.strip().lower() if opt.name == "resume" else value
+            if opt.name == "resume":
+                value = value.strip().lower()
+                value = _RESUME_WORDS.get(value, value)
+            raw[opt.name] = value
     try:
         return TrainerConfig.model_validate(raw)
     except ValidationError as exc:
