@@ -3,11 +3,11 @@
 Why not simply give OpenBLAS more threads? Measured on a 2-core machine shared with other busy
 processes (load average ~9): with OpenBLAS splitting each matrix product over 2 threads, a step
 took 1.7x as long as with 1 thread (speedup 0.59) — OpenBLAS waits for its slowest worker by
-spinning, and a descheduled worker stalls the whole product. With
-the batch cut into fixed shards, each computed with single-threaded BLAS by a plain thread pool
-(idle threads sleep instead of spinning), 2 threads were never slower than 1 (1.05x under the same
-load), and the result no longer depends on the thread count at all (see
-:func:`qosflow.trainer.model.sgd_step`). numpy releases the GIL inside matrix products and
+spinning, and a descheduled worker stalls the whole product. With the batch cut into fixed
+shards, each computed with single-threaded BLAS by a plain thread pool (idle threads sleep instead
+of spinning), 2 threads stayed at 0.94-1.11x of 1 thread under the same load, used about the same
+CPU time per step as 1 thread (no coordination waste), and the result no longer depends on the
+thread count at all (see :func:`qosflow.trainer.model.train_step`). numpy releases the GIL inside matrix products and
 element-wise loops, so the threads really run in parallel.
 
 Threads are created by the thread that calls :meth:`WorkerPool.resize` (the main thread), so they
