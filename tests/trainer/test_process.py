@@ -47,11 +47,11 @@ def test_progress_file_is_always_a_valid_nondecreasing_value(trainer: Any, tmp_p
     )
     seen: list[int] = []
     while t.proc.poll() is None:
+        time.sleep(0.002)  # poll, but leave the CPU to the trainer
         try:
             text = progress.read_text()
         except FileNotFoundError:
             continue
-        time.sleep(0.002)  # poll, but leave the CPU to the trainer
         value = parse_progress(text)
         assert value is not None, f"invalid progress content {text!r}"
         assert text.endswith("\n") and text.count("\n") == 1
