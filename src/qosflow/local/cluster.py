@@ -92,6 +92,7 @@ class LocalCluster:
         self.namespace = namespace
         self.store = Store(self.state_dir)
         host = tuple(sorted(os.sched_getaffinity(0)))
+        self._wake = threading.Event()
         self.node = Node(
             self.store,
             self.clock,
@@ -101,12 +102,12 @@ class LocalCluster:
             host_cpus=host,
             grace_s=grace_s,
             argo_priority=self._argo_priority,
+            wake=self.wake,
         )
         self.controller = Controller(self.store, self.clock, self.node)
         self._argo: Listener | None = None
         self._kube: Listener | None = None
         self.watches = WatchHub(self.store, keepalive_s=watch_keepalive_s)
-        self._wake = threading.Event()
         self._stopping = threading.Event()
         self._loop: threading.Thread | None = None
 

@@ -51,6 +51,7 @@ class Node:
         host_cpus: Host CPU ids virtual core ``i`` maps to (``i % len``).
         grace_s: Default termination grace period.
         argo_priority: ``pod -> spec.priority`` of its workflow (live, for the queue order).
+        wake: Runs a tick soon; called when a process exits.
     """
 
     def __init__(
@@ -64,6 +65,7 @@ class Node:
         host_cpus: tuple[int, ...],
         grace_s: float,
         argo_priority: Callable[[Obj], int],
+        wake: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -73,6 +75,7 @@ class Node:
         self.host_cpus = host_cpus
         self.grace_s = grace_s
         self.argo_priority = argo_priority
+        self.wake = wake
         self.procs: dict[str, PodProcess] = {}
 
     # -- accounting ----------------------------------------------------------------------------
@@ -189,6 +192,7 @@ class Node:
             cpus=cpu / 1000,
             workdir=workdir,
             progress_file=progress,
+            on_exit=self.wake,
         )
         stamp = rfc3339(now)
         pod["spec"]["nodeName"] = NODE_NAME

@@ -15,7 +15,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -42,6 +43,7 @@ class PodLaunch:
         cpus: CPU request (cores, may be fractional).
         workdir: Per-pod working directory (exists).
         progress_file: Path given as ``ARGO_PROGRESS_FILE``.
+        on_exit: Called (from another thread) as soon as the process exits, to wake the kubelet.
     """
 
     pod: str
@@ -54,6 +56,7 @@ class PodLaunch:
     cpus: float
     workdir: Path
     progress_file: Path
+    on_exit: Callable[[], None] | None = None
 
 
 class PodProcess(Protocol):
@@ -137,9 +140,18 @@ def _threads_of_tree(pid: int) -> list[int]:
 class LocalProcess:
     """A pod container running as a real process (see :class:`ProcessRunner`)."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(
+        self, popen: subprocess.Popen[bytes], on_exit: Callable[[], None] | None = None
+    ) -> None:
         self._popen = popen
         self._start_ticks = process_start_ticks(popen.pid)
+        if on_exit is not None:
+            threading.Thread(target=self._reap, args=(on_exit,), daemon=True).start()
+
+    def _reap(self, on_exit: Callable[[], None]) -> None:
+        """Wait for the exit in the background, then wake the kubelet (no tick of delay)."""
+        self._popen.wait()
+        on_exit()
 
     @property
     def pid(self) -> int | None:
@@ -206,4 +218,4 @@ class ProcessRunner:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return LocalProcess(popen)
+        return LocalProcess(popen, spec.on_exit)

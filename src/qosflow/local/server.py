@@ -43,6 +43,13 @@ def _json_error(exc: Exception, text: str) -> str:
     )
 
 
+class _Server(ThreadingHTTPServer):
+    """A threading HTTP server with a listen backlog for many concurrent clients."""
+
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class Listener:
     """One emulated API server.
 
@@ -86,7 +93,7 @@ class Listener:
 
             do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
+        self.httpd = _Server(("127.0.0.1", port), _Handler)
         self.httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self.httpd.serve_forever,
