@@ -120,3 +120,42 @@ def test_state_file_is_never_torn(tmp_path: Path) -> None:
             clock.advance(1)
             json.loads((tmp_path / "state.json").read_text())  # always a complete document
         assert not list(tmp_path.glob(".state.json.*"))
+
+
+def test_restart_replans_template_workflows_with_template_defaults(tmp_path: Path) -> None:
+    clock = VirtualClock()
+    spec = container_wf("x")["workflow"]["spec"]
+    spec["arguments"] = {
+        "parameters": [{"name": "cpu", "value": "2"}, {"name": "tag", "value": "t"}]
+    }
+    spec["templates"][0]["container"]["resources"] = {
+        "requests": {"cpu": "{{workflow.parameters.cpu}}"}
+    }
+    spec["templates"][0]["container"]["args"] = ["{{workflow.parameters.tag}}"]
+    first = LocalCluster(cpus=2, state_dir=tmp_path, clock=clock, runner=ScriptedRunner()).start()
+    argo = Api(first.argo_url, first.token)
+    argo(
+        "POST",
+        f"/api/v1/workflow-templates/{NS}",
+        json={"template": {"metadata": {"name": "tp"}, "spec": spec}},
+    )
+    for name in ("tp-1", "tp-2"):  # each needs both CPUs: tp-2 queues behind tp-1
+        request = {
+            "workflow": {
+                "metadata": {"name": name},
+                "spec": {
+                    "workflowTemplateRef": {"name": "tp"},
+                    "arguments": {"parameters": [{"name": "tag", "value": name}]},
+                },
+            }
+        }
+        assert argo("POST", f"/api/v1/workflows/{NS}", json=request).status_code == 200
+    clock.advance(1)
+    first.stop()
+    with LocalCluster(cpus=2, state_dir=tmp_path, clock=clock, runner=ScriptedRunner()) as second:
+        argo = Api(second.argo_url, second.token)
+        for _ in range(15):
+            clock.advance(1)
+        queued = argo("GET", f"/api/v1/workflows/{NS}/tp-2").json()
+        assert queued["status"]["phase"] == "Succeeded"
+        assert second.pods("tp-2")[0]["spec"]["containers"][0]["args"] == ["tp-2"]

@@ -160,7 +160,7 @@ class LocalCluster:
                 listener.stop()
         with self.store.lock:
             self.node.shutdown(self.clock.now())
-            self.controller.tick(self.clock.now())
+            self.controller.settle(self.clock.now())
         self.store.save(force=True)
 
     def __enter__(self) -> LocalCluster:

@@ -67,12 +67,19 @@ class Controller:
         self.node.schedule(now)
         self._sync_all(now)
 
+    def settle(self, now: float) -> None:
+        """Record pod outcomes in the workflows without starting anything (server shutdown)."""
+        self._sync_all(now)
+
     def _sync_all(self, now: float) -> None:
         """Sync every unfinished workflow; bump its resourceVersion only when it changed."""
         for wf in list(self.store.items("Workflow")):
             if not workflow_finished(wf):
                 before = json.dumps(wf, sort_keys=True)
-                self.sync(wf, now)
+                try:
+                    self.sync(wf, now)
+                except ApiError as exc:  # one broken workflow must not stop the others
+                    self._complete(wf, "Error", exc.message, now)
                 if json.dumps(wf, sort_keys=True) != before:
                     self.store.touch(wf)
 
@@ -84,10 +91,8 @@ class Controller:
         """The cached plan of a started workflow (rebuilt from the stored spec after a restart)."""
         uid = wf["metadata"]["uid"]
         if uid not in self._plans:
-            status = wf.get("status") or {}
-            spec = status.get("storedWorkflowTemplateSpec") or wf["spec"]
-            merged = {**spec, **{k: v for k, v in wf["spec"].items() if k != "workflowTemplateRef"}}
-            self._plans[uid] = plan(wf, merged)
+            stored = (wf.get("status") or {}).get("storedWorkflowTemplateSpec")
+            self._plans[uid] = plan(wf, stored or wf["spec"])
         return self._plans[uid]
 
     def sync(self, wf: Obj, now: float) -> None:
