@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from qosflow.speed import ProgressSample
+if TYPE_CHECKING:
+    from qosflow.speed import ProgressSample
 
 
 @dataclass(frozen=True, slots=True)

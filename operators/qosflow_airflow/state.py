@@ -14,10 +14,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from qosflow.spec import JobSpec, load_job
-from qosflow.speed import ProgressSample
+if TYPE_CHECKING:  # the core's speed model pulls in scipy: not at DAG-parse time
+    from qosflow.spec import JobSpec
+    from qosflow.speed import ProgressSample
 
 STATE_KEY = "state"
 
@@ -61,6 +62,8 @@ def job_to_dict(spec: JobSpec) -> dict[str, Any]:
 
 def job_from_dict(data: Mapping[str, Any]) -> JobSpec:
     """Rebuild a spec from :func:`job_to_dict` output (validated again by ``load_job``)."""
+    from qosflow.spec import load_job
+
     fields = {k: v for k, v in data.items() if v is not None}
     submitted = float(fields.pop("submitted_at"))
     return load_job(fields, now=datetime.fromtimestamp(submitted, UTC))
@@ -84,6 +87,8 @@ def samples_to_rows(samples: Iterable[ProgressSample]) -> list[list[float]]:
 
 def samples_from_rows(rows: Iterable[Sequence[float]]) -> list[ProgressSample]:
     """Inverse of :func:`samples_to_rows`."""
+    from qosflow.speed import ProgressSample
+
     return [ProgressSample(float(t), int(n), int(u)) for t, n, u in rows]
 
 

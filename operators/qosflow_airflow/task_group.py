@@ -23,7 +23,6 @@ from typing import Any
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import TaskGroup, TriggerRule
 
-from qosflow.decide import Action
 from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID
 from qosflow_airflow.operators.branch import DeadlineBranchOperator
 from qosflow_airflow.operators.finish import FinishTrainingOperator
@@ -116,12 +115,12 @@ def deadline_training(
                     task_id="decide",
                     watch_task_id=f"{r}watch",
                     branches={
-                        Action.DONE.value: f"{r}done",
-                        Action.ON_TRACK.value: f"{r}continue",
-                        Action.SCALE_UP.value: f"{r}rescale",
-                        Action.SCALE_DOWN.value: f"{r}rescale",
-                        Action.BUMP.value: f"{r}bump",
-                        Action.AT_RISK.value: f"{r}bump",
+                        "done": f"{r}done",
+                        "on_track": f"{r}continue",
+                        "scale_up": f"{r}rescale",
+                        "scale_down": f"{r}rescale",
+                        "bump": f"{r}bump",
+                        "at_risk": f"{r}bump",
                     },
                 )
                 previous >> watch >> branch >> list(acts.values())

@@ -36,7 +36,7 @@ def airflow_db():
 def rate():
     from qosflow_airflow.demo import trainer_rate
 
-    return trainer_rate(WIDTH, seconds=6.0)
+    return trainer_rate(WIDTH, seconds=10.0)
 
 
 @pytest.fixture(scope="session")
@@ -126,8 +126,8 @@ def test_a_under_provisioned_job_scales_up_and_meets_its_deadline(
     airflow_db, rate, cluster, tmp_path
 ):
     name = _name("under")
-    deadline_s = 90
-    steps = int(rate * deadline_s * 1.15)  # ~105 s on one CPU: one CPU would miss
+    deadline_s = 120
+    steps = int(rate * deadline_s * 1.3)  # ~156 s on one CPU: one CPU would miss
     run, tis = _run(_job(name, steps, f"PT{deadline_s}S"), tmp_path, initial_units=1)
     acts = _acts(tis)
     assert any(a["from"] == 1 and a["to"] == 2 for a in acts), acts

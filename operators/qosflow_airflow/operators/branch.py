@@ -8,7 +8,8 @@ from typing import Any
 from airflow.sdk import BaseBranchOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from qosflow.decide import Action
+#: The actions of ``qosflow.decide.Action`` (kept literal: no core import at DAG-parse time).
+ACTIONS = ("done", "on_track", "scale_up", "scale_down", "bump", "at_risk")
 
 
 def branch_for(
@@ -27,16 +28,14 @@ def branch_for(
     if not decision:
         raise AirflowFailException("no decision to branch on")
     action = str(decision.get("action", ""))
-    try:
-        Action(action)
-    except ValueError:
-        raise AirflowFailException(f"decision.action: unknown action {action!r}") from None
+    if action not in ACTIONS:
+        raise AirflowFailException(f"decision.action: unknown action {action!r}")
     target = decision.get("units")
-    if action == Action.AT_RISK.value and current_units is not None and target is not None:
+    if action == "at_risk" and current_units is not None and target is not None:
         if int(target) > current_units:
-            action = Action.SCALE_UP.value
+            action = "scale_up"
         elif int(target) < current_units:
-            action = Action.SCALE_DOWN.value
+            action = "scale_down"
     if action not in branches:
         raise AirflowFailException(f"no branch configured for action {action!r}")
     return branches[action]

@@ -11,16 +11,18 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
 from qosflow.cluster import JobStatus, Phase
-from qosflow.speed import ProgressSample
 from qosflow_airflow.operators.base import QosflowOperator, guarded
 from qosflow_airflow.report import Mark, Report
 from qosflow_airflow.state import TrainingState, job_from_dict, samples_from_rows
 from qosflow_airflow.triggers.progress import DeadlineProgressTrigger
+
+if TYPE_CHECKING:
+    from qosflow.speed import ProgressSample
 
 
 class FinishTrainingOperator(QosflowOperator):

@@ -20,7 +20,6 @@ import yaml
 from airflow.sdk.exceptions import AirflowFailException
 
 from qosflow.errors import SpecError
-from qosflow.planning import plan_job
 from qosflow.spec import JobSpec, load_job
 from qosflow_airflow.operators.base import QosflowOperator, guarded
 from qosflow_airflow.restart import submit_request
@@ -101,6 +100,8 @@ class PlanTrainingOperator(QosflowOperator):
         return guarded(lambda: self._plan(context))
 
     def _plan(self, context: Any) -> dict[str, Any]:
+        from qosflow.planning import plan_job
+
         cluster = self.hook.get_cluster()
         now = cluster.now()
         dag = context.get("dag")

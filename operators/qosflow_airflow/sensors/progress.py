@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -27,7 +27,11 @@ from qosflow_airflow.triggers.progress import (
     new_watcher,
     poll_once,
 )
-from qosflow_airflow.watch import FAILED, Watcher
+
+if TYPE_CHECKING:
+    from qosflow_airflow.watch import Watcher
+
+FAILED = "failed"  # qosflow_airflow.watch.FAILED
 
 WATCH_KEYS = (
     "status",

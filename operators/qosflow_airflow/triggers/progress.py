@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
@@ -20,7 +20,9 @@ from qosflow.cluster import ClusterView
 from qosflow.errors import ClusterError, QosflowError
 from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, config_from_connection
 from qosflow_airflow.state import TrainingState, samples_from_rows
-from qosflow_airflow.watch import Watcher, WatchEvent
+
+if TYPE_CHECKING:
+    from qosflow_airflow.watch import Watcher, WatchEvent
 
 ERROR = "error"
 
@@ -131,6 +133,8 @@ def new_watcher(
     end_only: bool = False,
 ) -> Watcher:
     """A watcher for the current segment, primed with history (blocking)."""
+    from qosflow_airflow.watch import Watcher
+
     spec = state.spec
     prior, calibration = None, None
     if history_url:
