@@ -127,3 +127,12 @@ def test_checkpoints_of_another_run_are_refused(tmp_path: Path) -> None:
         TrainingJob(_config(tmp_path, QOSFLOW_TOTAL_STEPS="2", QOSFLOW_SEED="6")).run()
     with pytest.raises(SpecError, match="beyond 1"):
         TrainingJob(_config(tmp_path, QOSFLOW_TOTAL_STEPS="1")).run()
+
+
+def test_unwritable_progress_file_does_not_stop_training(tmp_path: Path) -> None:
+    cfg = _config(
+        tmp_path, QOSFLOW_TOTAL_STEPS="3", ARGO_PROGRESS_FILE=str(tmp_path / "no" / "dir" / "p")
+    )
+    code, result, events = _run(cfg)
+    assert code == 0 and result["steps"] == 3
+    assert [e["event"] for e in events].count("progress_error") == 1

@@ -105,3 +105,13 @@ def test_report_progress_uses_env_and_is_a_noop_without_it(
     explicit = tmp_path / "explicit"
     assert report_progress(2, 3, path=explicit)
     assert explicit.read_text() == "2/3\n"
+
+
+def test_write_errors_go_to_on_error_when_given(tmp_path: Path) -> None:
+    missing = tmp_path / "gone" / "progress"
+    with pytest.raises(OSError):
+        ProgressFile(missing, 10).update(0)
+    errors: list[OSError] = []
+    pf = ProgressFile(missing, 10, on_error=errors.append)
+    assert pf.update(0)
+    assert len(errors) == 1 and pf.writes == 0

@@ -74,6 +74,7 @@ class TrainingJob:
         self.clock = clock
         self.store = CheckpointStore(config.checkpoint_dir, keep=config.keep_checkpoints)
         self.task = Task(config.shape, config.seed)
+        self._progress_failed = False
         self.workers = WorkerPool(1)
         blas = ThreadpoolController()
         blas.limit(limits=1)  # one BLAS thread per worker: see qosflow.trainer.workers
@@ -120,6 +121,11 @@ class TrainingJob:
             emit(self.stderr, "checkpoint", step=state.step, path=str(path))
         return path
 
+    def _progress_error(self, exc: OSError) -> None:
+        if not self._progress_failed:
+            self._progress_failed = True
+            emit(self.stderr, "progress_error", error=str(exc))
+
     def _follow_cpus(self, step: int) -> None:
         threads = self.follower.check()
         if threads is not None:
@@ -139,7 +145,9 @@ class TrainingJob:
         (cfg.checkpoint_dir / RESULT_FILE).unlink(missing_ok=True)  # exists iff this run finished
         started = self.clock()
         emit(self.stderr, "start", step=state.step, total=cfg.total_steps, seed=cfg.seed)
-        progress = ProgressFile(cfg.progress_file, cfg.total_steps, clock=self.clock)
+        progress = ProgressFile(
+            cfg.progress_file, cfg.total_steps, clock=self.clock, on_error=self._progress_error
+        )
         progress.update(state.step, force=True)
 
         def on_stop() -> None:

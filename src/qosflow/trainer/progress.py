@@ -83,6 +83,9 @@ class ProgressFile:
         total: Total steps ``M``.
         min_interval: Minimum seconds between two writes of :meth:`update` (``force`` skips it).
         clock: Monotonic clock in seconds (inject a fake one in tests).
+        on_error: Called with the ``OSError`` when a write fails (e.g. the directory vanished);
+            by default the error propagates. A training job passes a logger so that a progress
+            hiccup never kills the training.
     """
 
     def __init__(
@@ -92,8 +95,10 @@ class ProgressFile:
         *,
         min_interval: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
+        on_error: Callable[[OSError], None] | None = None,
     ) -> None:
         format_progress(0, total)
+        self._on_error = on_error
         self.path = path
         self.total = total
         self.min_interval = min_interval
@@ -135,9 +140,16 @@ class ProgressFile:
 
     def _write_locked(self, now: float) -> None:
         self._last_write = now
-        if self.path is not None:
+        if self.path is None:
+            return
+        try:
             write_progress(self.path, self._latest, self.total)
-            self.writes += 1
+        except OSError as exc:
+            if self._on_error is None:
+                raise
+            self._on_error(exc)
+            return
+        self.writes += 1
 
     @contextmanager
     def heartbeat(self, interval: float) -> Iterator[None]:
