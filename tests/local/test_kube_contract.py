@@ -286,3 +286,15 @@ def test_workflow_custom_resource_patch(argo: Api, kube: Api) -> None:
     assert (
         kube("GET", f"/apis/argoproj.io/v1alpha1/namespaces/{NS}/workflows/none").status_code == 404
     )
+
+
+def test_resizing_back_clears_a_deferred_resize(argo: Api, kube: Api, clock: VirtualClock) -> None:
+    argo("POST", f"/api/v1/workflows/{NS}", json=container_wf("c-1", cpu="1", steps=100))
+    argo("POST", f"/api/v1/workflows/{NS}", json=container_wf("c-2", cpu="1", steps=100))
+    clock.advance(1)
+    _resize(kube, "c-2", "2")
+    clock.advance(1)
+    assert _conditions(pod_of(kube, "c-2"))["PodResizePending"]["reason"] == "Deferred"
+    _resize(kube, "c-2", "1")
+    clock.advance(1)
+    assert "PodResizePending" not in _conditions(pod_of(kube, "c-2"))

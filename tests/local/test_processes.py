@@ -143,3 +143,15 @@ def test_server_shutdown_lets_processes_checkpoint(tmp_path: Path) -> None:
     wf = cluster.workflow("bye") or {}
     assert wf["status"]["phase"] == "Failed"
     assert "the local cluster was shut down" in wf["status"]["message"]
+
+
+def test_missing_program_exits_127_with_a_message(real: LocalCluster) -> None:
+    argo = Api(real.argo_url, real.token)
+    argo(
+        "POST",
+        f"/api/v1/workflows/{NS}",
+        json=container_wf("nocmd", command=["no-such-program-here"]),
+    )
+    real.wait_until(lambda: _phase(real, "nocmd") == "Failed", timeout_s=60)
+    assert (real.workflow("nocmd") or {})["status"]["message"] == "Error (exit code 127)"
+    assert "no-such-program-here" in (_workdir(real, "nocmd") / "main.log").read_text()

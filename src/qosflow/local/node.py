@@ -200,6 +200,15 @@ class Node:
         set_condition(pod, "PodScheduled", "True", stamp or "")
         status.update({"hostIP": "127.0.0.1", "podIP": "127.0.0.1", "startTime": stamp})
         resources = container.get("resources") or {}
+        if not launch.argv:
+            self._finish(
+                pod,
+                now,
+                128,
+                "the local cluster runs the container command and ignores "
+                "images: this container has no command",
+            )
+            return
         try:
             process = self.runner.launch(launch, now)
         except OSError as exc:
@@ -381,9 +390,11 @@ class Node:
             self.store.touch(pod)
             return
         want, have = desired_cpu(pod), allocated_cpu(pod)
-        if want == have and desired.get("memory") == (cstatus.get("allocatedResources") or {}).get(
-            "memory"
-        ):
+        allocated_memory = (cstatus.get("allocatedResources") or {}).get("memory")
+        if want == have and desired.get("memory") == allocated_memory:
+            if condition(pod, "PodResizePending") is not None:  # resized back: nothing to wait for
+                drop_condition(pod, "PodResizePending")
+                self.store.touch(pod)
             return
         free = self.cpus * 1000 - self.used_cpu(exclude=pod, kubelet=True)
         if want > self.cpus * 1000:

@@ -22,9 +22,13 @@ from pathlib import Path
 from typing import Protocol
 
 _SHIM = (
-    "import os,sys;"
-    "os.sched_setaffinity(0,[int(c) for c in sys.argv[1].split(',')]);"
-    "os.execvp(sys.argv[2],sys.argv[2:])"
+    "import os,sys\n"
+    "os.sched_setaffinity(0,[int(c) for c in sys.argv[1].split(',')])\n"
+    "try:\n"
+    " os.execvp(sys.argv[2],sys.argv[2:])\n"
+    "except OSError as e:\n"
+    " print(f'exec {sys.argv[2]!r}: {e.strerror}',file=sys.stderr)\n"
+    " os._exit(127)\n"
 )
 
 
