@@ -3,13 +3,14 @@
 The data come from a fixed random *teacher* ``y = tanh(x A / sqrt(d)) B`` with Gaussian inputs;
 the *student* is a ReLU MLP (``depth`` hidden layers of ``width`` units) fitted by mean squared
 error. Everything is float64 numpy, so each step is a handful of large matrix products whose cost
-is CPU-bound and split across BLAS threads.
+is CPU-bound; :func:`train_step` splits it over fixed batch shards that any number of threads
+can share.
 
-Determinism: the teacher, the initial weights, the evaluation set and training batch ``k`` are each
-drawn from their own ``numpy.random.default_rng([seed, stream, ...])``. Batch ``k`` therefore
-depends only on ``(seed, k)``, never on how many steps ran before in this process, so a run
-stopped at step ``s`` and resumed from its checkpoint sees exactly the batches an uninterrupted run
-sees.
+Determinism: the teacher, the initial weights, the evaluation set and each shard of training batch
+``k`` are drawn from their own ``numpy.random.default_rng([seed, stream, ...])``. Batch ``k``
+therefore depends only on ``(seed, k, shards)``, never on how many steps ran before in this
+process, so a run stopped at step ``s`` and resumed from its checkpoint sees exactly the batches an
+uninterrupted run sees.
 """
 
 from __future__ import annotations
@@ -47,13 +48,6 @@ class ModelShape:
     depth: int = 3
     output_dim: int = 16
     teacher_width: int = 32
-
-    def flops_per_example(self) -> int:
-        """Approximate floating-point operations of one training step per example."""
-        macs = self.input_dim * self.width + (self.depth - 1) * self.width**2
-        macs += self.width * self.output_dim
-        backward = 2 * macs - self.input_dim * self.width
-        return 2 * (macs + backward)
 
 
 class Task:
