@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -62,10 +64,12 @@ class FaultPlan:
     Attributes:
         rules: The rules, first match wins.
         fired: How many times each rule fired (same order as ``rules``).
+        sleep: How ``delay`` rules wait (injectable, so tests need no wall clock).
     """
 
     rules: list[FaultRule] = field(default_factory=list)
     fired: list[int] = field(default_factory=list)
+    sleep: Callable[[float], None] = time.sleep
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, rule: FaultRule) -> FaultPlan:

@@ -150,7 +150,7 @@ class Listener:
     def _fault_before(self, req: BaseHTTPRequestHandler, rule: FaultRule) -> bool:
         """Apply a fault; True when the request is answered (or dropped) by it."""
         if rule.action == "delay":
-            time.sleep(rule.delay_s)
+            self.faults.sleep(rule.delay_s) if self.faults else time.sleep(rule.delay_s)
             return False
         if rule.action == "drop":
             self._drop(req)
