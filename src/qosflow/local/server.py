@@ -76,6 +76,7 @@ class Listener:
         self.store = store
         self.token = token
         self.faults = faults
+        self.sleep = faults.sleep if faults else time.sleep
         listener = self
 
         class _Handler(BaseHTTPRequestHandler):
@@ -150,7 +151,7 @@ class Listener:
     def _fault_before(self, req: BaseHTTPRequestHandler, rule: FaultRule) -> bool:
         """Apply a fault; True when the request is answered (or dropped) by it."""
         if rule.action == "delay":
-            self.faults.sleep(rule.delay_s) if self.faults else time.sleep(rule.delay_s)
+            self.sleep(rule.delay_s)
             return False
         if rule.action == "drop":
             self._drop(req)
