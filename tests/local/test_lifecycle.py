@@ -43,7 +43,10 @@ def test_phases_nodes_and_progress(argo: Api, kube: Api, clock: VirtualClock) ->
     assert wf["status"]["phase"] == "Succeeded"
     assert wf["status"]["nodes"]["life"]["phase"] == "Succeeded"
     assert wf["status"]["finishedAt"] is not None
-    assert pod_of(kube, "life")["status"]["phase"] == "Succeeded"
+    finished = pod_of(kube, "life")
+    assert finished["status"]["phase"] == "Succeeded"
+    assert finished["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    assert errors_of(POD, finished) == []
     assert errors_of(WORKFLOW, wf) == []
 
 
