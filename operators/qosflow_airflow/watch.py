@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from qosflow.cluster import JobStatus, Phase
 from qosflow.decide import Action, Decision, JobSnapshot, decide, margin_for
@@ -55,17 +55,20 @@ class WatchEvent:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (the trigger event payload)."""
-        return json_safe(
-            {
-                "status": self.status,
-                "workflow": self.workflow,
-                "time": self.time,
-                "decision": None if self.decision is None else self.decision.to_dict(),
-                "message": self.message,
-                "samples": samples_to_rows(self.samples),
-                "finished_at": self.finished_at,
-                "units": self.units,
-            }
+        return cast(
+            "dict[str, Any]",
+            json_safe(
+                {
+                    "status": self.status,
+                    "workflow": self.workflow,
+                    "time": self.time,
+                    "decision": None if self.decision is None else self.decision.to_dict(),
+                    "message": self.message,
+                    "samples": samples_to_rows(self.samples),
+                    "finished_at": self.finished_at,
+                    "units": self.units,
+                }
+            ),
         )
 
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from airflow.sdk.exceptions import AirflowFailException
@@ -146,19 +146,22 @@ class PlanTrainingOperator(QosflowOperator):
             plan.priority_class,
             verdict.reason,
         )
-        return json_safe(
-            {
-                "job": job_to_dict(spec),
-                "plan": plan.to_dict(),
-                "units": units,
-                "verdict": verdict.kind,
-                "reason": verdict.reason,
-                "counter_offer": verdict.counter_offer,
-                "priority_class": plan.priority_class,
-                "priority": plan.priority,
-                "history_url": self.hook.config.history_url,
-                "planned_at": now,
-            }
+        return cast(
+            "dict[str, Any]",
+            json_safe(
+                {
+                    "job": job_to_dict(spec),
+                    "plan": plan.to_dict(),
+                    "units": units,
+                    "verdict": verdict.kind,
+                    "reason": verdict.reason,
+                    "counter_offer": verdict.counter_offer,
+                    "priority_class": plan.priority_class,
+                    "priority": plan.priority,
+                    "history_url": self.hook.config.history_url,
+                    "planned_at": now,
+                }
+            ),
         )
 
 

@@ -51,7 +51,7 @@ class DeadlineProgressTrigger(BaseTrigger):
         end_only: bool = False,
         max_errors: int = 5,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.state = dict(state)
         self.conn_id = conn_id
         self.samples = [list(row) for row in samples]
@@ -103,7 +103,8 @@ class DeadlineProgressTrigger(BaseTrigger):
             cluster, history_url = await self.cluster()
             watcher = await asyncio.to_thread(self.watcher, history_url)
         except QosflowError as exc:
-            yield TriggerEvent({"status": ERROR, "workflow": workflow, "message": str(exc)})
+            payload = {"status": ERROR, "workflow": workflow, "message": str(exc)}
+            yield TriggerEvent(payload)  # type: ignore[no-untyped-call]
             return
         errors = 0
         while True:
@@ -114,12 +115,13 @@ class DeadlineProgressTrigger(BaseTrigger):
                 errors += 1
                 if not exc.retryable or errors >= self.max_errors:
                     message = f"cannot watch {workflow}: {exc}"
-                    yield TriggerEvent({"status": ERROR, "workflow": workflow, "message": message})
+                    payload = {"status": ERROR, "workflow": workflow, "message": message}
+                    yield TriggerEvent(payload)  # type: ignore[no-untyped-call]
                     return
                 self.log.warning("watch of %s: %s (retrying)", workflow, exc)
                 event = None
             if event is not None:
-                yield TriggerEvent(event.to_dict())
+                yield TriggerEvent(event.to_dict())  # type: ignore[no-untyped-call]
                 return
             await asyncio.sleep(self.poll_interval)
 
