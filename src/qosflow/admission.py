@@ -46,6 +46,7 @@ FINE_SLOTS = 240
 COARSE_BLOCK = 120
 """After the fine slots, the slot length doubles every this many slots."""
 _EPS = 1e-9
+_EVERY = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,11 +176,7 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class _Speeds:
-    """A job's speed frontier: levels faster than every smaller one, within the capacity.
-
-    ``units``/``rates`` start with an idle level (0 units, 0 steps/s); ``hull`` is the lower convex
-    hull of ``(rate, units)`` from the origin, the energy test's cost curve.
-    """
+    """A job's speed frontier (levels faster than all smaller ones) and energy hull."""
 
     units: IntArray
     rates: FloatArray
@@ -208,13 +205,8 @@ def _speeds(
         ):
             hull.pop()
         hull.append(c)
-    return _Speeds(
-        np.array(units, dtype=np.int64),
-        np.array(rates, dtype=np.float64),
-        tuple(hull),
-        pin_rate,
-        tuple(rates),
-    )
+    arrays = np.array(units, dtype=np.int64), np.array(rates, dtype=np.float64)
+    return _Speeds(*arrays, tuple(hull), pin_rate, tuple(rates))
 
 
 def _hull_energy(hull: Sequence[tuple[float, float]], steps: float, window: float) -> float:
@@ -255,21 +247,20 @@ class _Job:
     pin_units: int
 
     @property
-    def top(self) -> int:
-        """Fastest level within the capacity (0: none has a known speed)."""
+    def top(self) -> int:  # fastest level within the capacity (0: none has a known speed)
         return int(self.sp.units[-1])
 
     @property
-    def alone_s(self) -> float:
-        """Seconds to finish at the fastest level with the whole cluster."""
+    def alone_s(self) -> float:  # seconds at the fastest level with the whole cluster
         return self.steps / float(self.sp.rates[-1]) if self.top else math.inf
 
-    def quickest(self, window: float) -> int:
-        """Smallest level that finishes within ``window`` seconds alone, else the fastest one."""
-        for n, r in zip(self.sp.units[1:], self.sp.rates[1:], strict=True):
-            if self.steps <= r * window:
-                return int(n)
-        return self.top
+    def quickest(self, window: float) -> int:  # smallest level done within window, else top
+        fits = (
+            n
+            for n, r in zip(self.sp.units[1:], self.sp.rates[1:], strict=True)
+            if self.steps <= r * window
+        )
+        return int(next(fits, self.top))
 
 
 def _job(c: Candidate, capacity: int, order: int) -> _Job:
@@ -316,8 +307,7 @@ class _Timeline:
     def reset(self) -> None:
         self.free = self.free0.copy()
 
-    def index(self, t: float) -> int:
-        """Index of the last edge at or before ``t``."""
+    def index(self, t: float) -> int:  # the last edge at or before t
         return bisect.bisect_right(self.edge_list, t) - 1
 
     def apply(self, p: _Placement) -> None:
@@ -408,19 +398,26 @@ def _edf(jobs: Sequence[_Job]) -> list[_Job]:
 
 
 def _run(
-    tl: _Timeline, order: Sequence[_Job], *, stop: bool
+    tl: _Timeline,
+    order: Sequence[_Job],
+    *,
+    stop: bool,
+    snapshots: list[IntArray] | None = None,
 ) -> tuple[dict[str, _Placement], list[str]]:
+    """Place ``order`` one by one; ``snapshots`` gets the free units before every 64th job."""
     placed: dict[str, _Placement] = {}
     failed: list[str] = []
-    for job in order:
+    for i, job in enumerate(order):
+        if snapshots is not None and i % _EVERY == 0:
+            snapshots.append(tl.free.copy())
         got = tl.place(job)
         if got is None:
             failed.append(job.name)
             if stop:
                 break
-            continue
-        tl.apply(got)
-        placed[job.name] = got
+        else:
+            tl.apply(got)
+            placed[job.name] = got
     return placed, failed
 
 
@@ -434,13 +431,15 @@ def backward_fill(
     """
     _check(capacity, now, slot_s)
     js = [
-        _job(c, capacity, i)
-        for i, c in enumerate(jobs)
-        if c.remaining_steps > 0 and math.isfinite(c.deadline)
+        _job(c, capacity, i) for i, c in enumerate(jobs) if c.remaining_steps and c.due < math.inf
     ]
-    horizon = max([j.due for j in js] + [now])
-    pinned = sum(j.pin_units for j in js)
-    tl = _Timeline(timeline(now, horizon, slot_s, [j.due for j in js]), capacity, slot_s, pinned)
+    dues = [j.due for j in js]
+    tl = _Timeline(
+        timeline(now, max([*dues, now]), slot_s, dues),
+        capacity,
+        slot_s,
+        sum(j.pin_units for j in js),
+    )
     placed, failed = _run(tl, _edf(js), stop=False)
     units = {j.name: np.zeros(tl.lens.size, dtype=np.int64) for j in js}
     for j in js:
@@ -462,8 +461,7 @@ class _Energy:
         self.dues = [j.due for j in order]
         need = np.array([self._of(j, j.due) for j in order], dtype=np.float64)
         self.cum = np.concatenate(([0.0], np.cumsum(need)))
-        slack = supply * (np.array(self.dues) - now) - self.cum[1:]
-        self.slack = slack
+        self.slack = slack = supply * (np.array(self.dues) - now) - self.cum[1:]
         self.head_min = np.minimum.accumulate(slack) if slack.size else slack
         self.tail_min = np.minimum.accumulate(slack[::-1])[::-1] if slack.size else slack
 
@@ -478,18 +476,16 @@ class _Energy:
         mine = self._of(job, due)
         have = self.supply * (due - self.now) - self.cum[p]
         if mine > have * (1.0 + _EPS):
-            return (
-                f"the jobs due by then need {(self.cum[p] + mine) / 3600:.1f} unit-hours but "
-                f"only {self.supply * max(due - self.now, 0.0) / 3600:.1f} exist"
-            )
-        if p < len(self.dues) and self.tail_min[p] < mine * (1.0 - _EPS):
+            k, when, need = p - 1, due, self.cum[p] + mine
+        elif p < len(self.dues) and self.tail_min[p] < mine * (1.0 - _EPS):
             k = p + int(np.argmin(self.slack[p:]))
-            need, have = self.cum[k + 1] + mine, self.supply * (self.dues[k] - self.now)
-            return (
-                f"the jobs due by {_iso(self.dues[k])} would need {need / 3600:.1f} unit-hours "
-                f"but only {have / 3600:.1f} exist"
-            )
-        return None
+            when, need = self.dues[k], self.cum[k + 1] + mine
+        else:
+            return None
+        return (
+            f"the jobs due by {_iso(when)} would need {need / 3600:.1f} unit-hours but only "
+            f"{self.supply * max(when - self.now, 0.0) / 3600:.1f} exist"
+        )
 
 
 # --------------------------------------------------------------------------- admission
@@ -542,31 +538,31 @@ def _setup(
     latest = max([j.due for j in healthy] + [fresh.due, now])
     horizon = latest + 1.01 * min(fresh.alone_s, 1e9) + slot_s
     edges = timeline(now, horizon, slot_s, [j.due for j in healthy] + [fresh.due])
-    pinned = sum(j.pin_units for j in healthy)
-    tl = _Timeline(edges, capacity, slot_s, pinned)
+    tl = _Timeline(edges, capacity, slot_s, sum(j.pin_units for j in healthy))
     return _Setup(healthy, fresh, tl, _Energy(healthy, now, util * capacity), at_risk)
 
 
 def _offer(
-    s: _Setup, base: Mapping[str, _Placement], base_failed: Sequence[str], margin: float
+    s: _Setup,
+    base: Mapping[str, _Placement],
+    base_failed: Sequence[str],
+    snapshots: Sequence[IntArray],
+    margin: float,
 ) -> float | None:
     """Earliest slot edge at which the newcomer passes both tests, by binary search."""
     if base_failed or not s.fresh.top:
         return None
-    order = s.healthy
-    dues = s.energy.dues
-    tl = s.tl
+    order, dues, tl = s.healthy, s.energy.dues, s.tl
 
     def passes(k: int) -> bool:
         due = tl.edge_list[k]
         if s.energy.check(s.fresh, due) is not None:
             return False
-        tl.reset()
         p = bisect.bisect_right(dues, due)
-        for j in order[:p]:
+        tl.free = snapshots[p // _EVERY].copy()
+        for j in order[p - p % _EVERY : p]:
             tl.apply(base[j.name])
-        moved = replace(s.fresh, due=due)
-        return not _run(tl, [moved, *order[p:]], stop=True)[1]
+        return not _run(tl, [replace(s.fresh, due=due), *order[p:]], stop=True)[1]
 
     lo, hi = max(tl.index(s.fresh.due), 0), len(tl.edge_list) - 1
     if not passes(hi):
@@ -597,16 +593,13 @@ def admit(
 
     Args:
         new: The job asking for a guarantee.
-        admitted: Jobs already admitted; only ``guaranteed`` ones reserve capacity. One with the
-            same name as ``new`` is taken to be ``new`` itself and ignored.
+        admitted: Jobs admitted before; only ``guaranteed`` ones reserve capacity (one named like
+            ``new`` is ``new`` itself and ignored).
         capacity: Units of the cluster.
         now: Current time, epoch seconds.
         if_not_guaranteed: ``run_best_effort`` or ``reject``.
         slot_s: Length of the fine slots of the timeline.
-        max_utilisation: Share of the capacity the energy test may count on (packing slack).
-
-    Returns:
-        The verdict, with the initial size, reason, counter-offer and the plan's reservations.
+        max_utilisation: Share of the capacity the energy test counts on (packing slack).
 
     Raises:
         SpecError: On a bad capacity, time, slot length or policy.
@@ -618,18 +611,19 @@ def admit(
         )
     if not 0.0 < max_utilisation <= 1.0:
         raise SpecError("max_utilisation", f"must be in (0, 1] (got {max_utilisation})")
+    sp = _job(new, capacity, 0).sp
     if new.remaining_steps == 0:
         return Verdict("guaranteed", 0, f"{new.name} has no steps left to run", None)
-    if not math.isfinite(new.deadline):
-        sp = _job(new, capacity, 0).sp
-        first = int(sp.units[1]) if sp.units.size > 1 else 0
-        return Verdict("best_effort", first, f"{new.name} has no deadline to guarantee", None)
-    s = _setup(new, admitted, capacity, now, slot_s, max_utilisation)
-    fresh = s.fresh
-    if not fresh.top:
+    if sp.units.size < 2:
         return Verdict(
             "rejected", 0, f"no size of {new.name} fits {capacity} units with a known speed", None
         )
+    if not math.isfinite(new.deadline):
+        return Verdict(
+            "best_effort", int(sp.units[1]), f"{new.name} has no deadline to guarantee", None
+        )
+    s = _setup(new, admitted, capacity, now, slot_s, max_utilisation)
+    fresh = s.fresh
     hopeless = now + fresh.alone_s > new.deadline
     why = (
         f"{new.name} needs {fresh.alone_s / 3600:.2f} h even alone at {fresh.top} "
@@ -658,18 +652,13 @@ def admit(
             else f"guaranteeing {new.name} would make {failed[0]} miss its deadline"
         )
     s.tl.reset()
-    base, base_failed = _run(s.tl, s.healthy, stop=False)
-    reservations = _slot0(s.healthy, base)
-    offer = _offer(s, base, base_failed, new.margin)
+    snapshots: list[IntArray] = []
+    base, base_failed = _run(s.tl, s.healthy, stop=False, snapshots=snapshots)
+    snapshots.append(s.tl.free.copy())
+    reservations, shares = _slot0(s.healthy, base), {k: p.share for k, p in base.items()}
+    offer = _offer(s, base, base_failed, snapshots, new.margin)
     kind: Kind = "rejected" if hopeless or if_not_guaranteed == "reject" else "best_effort"
     units = 0 if kind == "rejected" else fresh.quickest(fresh.due - now)
-    tail = f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""
-    return Verdict(
-        kind,
-        units,
-        f"not guaranteed: {why}{tail}",
-        offer,
-        reservations,
-        {k: p.share for k, p in base.items()},
-        (*s.at_risk, *base_failed),
-    )
+    why += f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""
+    at_risk = (*s.at_risk, *base_failed)
+    return Verdict(kind, units, f"not guaranteed: {why}", offer, reservations, shares, at_risk)

@@ -460,3 +460,33 @@ def test_candidate_from_spec_and_belief() -> None:
     assert c.step_time == pytest.approx((1.0, 1 / 1.9, 1 / 3.5))
     assert c.margin == pytest.approx(0.05 * 7200)
     assert c.deadline == pytest.approx(NOW + 7200)
+
+
+def test_counter_offer_with_many_guaranteed_jobs() -> None:
+    """Past 64 guaranteed jobs the counter-offer search restarts from plan snapshots."""
+    rng = np.random.default_rng(11)
+    admitted: list[Candidate] = []
+    CAP = 40
+    for i in range(400):
+        hours = float(rng.uniform(0.5, 12.0))
+        draft = job(f"a{i}", hours, int(rng.uniform(0.1, 0.8) * hours * 3600), t1=1.0)
+        if admit(draft, admitted, capacity=CAP, now=NOW).kind == "guaranteed":
+            admitted.append(draft)
+        if len(admitted) == 150:
+            break
+    assert len(admitted) == 150
+    offers = 0
+    for k in range(12):
+        hours = float(rng.uniform(2.0, 10.0))
+        new = job("new", hours, int(0.9 * hours * 3600 * 8**0.8), guaranteed=False)
+        verdict = admit(new, admitted, capacity=CAP, now=NOW)
+        if verdict.kind == "guaranteed" or verdict.counter_offer is None:
+            continue
+        offers += 1
+        again = admit(with_deadline(new, verdict.counter_offer), admitted, capacity=CAP, now=NOW)
+        assert again.kind == "guaranteed", (k, again.reason)
+        plan = backward_fill(
+            [*admitted, with_deadline(new, verdict.counter_offer)], capacity=CAP, now=NOW
+        )
+        assert plan.ok
+    assert offers >= 3
