@@ -8,8 +8,8 @@ Rules (DESIGN §3):
 * ``scale_up`` at once to ``n*`` when the extra units are free (at most one level beyond the
   largest observed size: a probe); ``bump`` (raise priority) when they are not free or the job is
   still queued;
-* ``scale_down`` only to a smaller level within the observed range that finishes by
-  ``deadline - 2 * margin``, the dwell
+* ``scale_down`` only when a smaller level (below the observed sizes: judged by a linear
+  slow-down) finishes by ``deadline - 2 * margin``, the dwell
   time since the last rescale has passed, and the units given back for the rest of the run are
   worth more than ``3 x overhead x current units``;
 * when no size is known to make it but levels up to the knee are still unexplored, probe upwards
@@ -273,14 +273,11 @@ def _grow(
 def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> Decision | None:
     if _in_dwell(snap) or snap.queued:
         return None
-    # only sizes within the observed range: below it the (pessimistic for scaling up) prior
-    # would be optimistic about how little a smaller size slows the job down
-    low = min(belief.observed) if belief.observed else belief.levels[0]
+    # never below the observed range on the strength of the prior alone: belief_from_fit makes
+    # the conservative step time there at least a linear slow-down from the smallest observed size
     top = max(belief.observed) if belief.observed else belief.levels[-1]
     goal = snap.spec.deadline - 2.0 * margin
     for n in belief.levels:
-        if n < low:
-            continue
         if n >= snap.units or n > top:
             return None
         pred = _at(belief, snap, n)

@@ -95,6 +95,9 @@ def belief_from_fit(
 ) -> Belief:
     """The belief a fit supports over the allowed levels.
 
+    The conservative step time is the bootstrap quantile times the conformal factor; below the
+    smallest observed size it is at least a linear slow-down from there (``tau(m) * m / n``).
+
     Args:
         fit: A speed fit (a failed fit yields the prior's, or an infinite, step time).
         levels: Allowed sizes.
@@ -110,6 +113,13 @@ def belief_from_fit(
     else:
         cons = med
     cons = cons * max(calibration.factor, 1.0)
+    if fit.observed_units:
+        # below the smallest observed size, never assume better than linear slow-down: the
+        # prior is pessimistic about scaling *up*, which makes it optimistic about scaling down
+        low = min(fit.observed_units)
+        ns = np.array(ordered, dtype=np.float64)
+        at_low = float(fit.model.step_time(low)) * max(calibration.factor, 1.0) * low
+        cons = np.where(ns < low, np.maximum(cons, at_low / ns), cons)
     table = {
         n: (1.0 / c if c > 0 and math.isfinite(c) else 0.0)
         for n, c in zip(ordered, cons.tolist(), strict=True)

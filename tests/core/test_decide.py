@@ -271,5 +271,9 @@ def test_fitted_beliefs_keep_decisions_within_the_levels(
         if d.action is Action.SCALE_UP:
             assert d.units <= belief.probe_limit and d.units - units <= free
         if d.action is Action.SCALE_DOWN:
-            assert min(belief.observed) <= d.units < units
+            assert d.units < units
+            low = min(belief.observed)
+            if d.units < low:  # judged by at least a linear slow-down from the smallest observed
+                linear = belief.median.step_time(low) * low / d.units
+                assert belief.conservative.step_time(d.units) >= linear * (1 - 1e-9)
             assert d.conservative_finish <= d.deadline - 2 * d.margin

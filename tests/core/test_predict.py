@@ -203,3 +203,13 @@ def test_schedule_with_no_usable_speed_requires_everything() -> None:
         points=3,
     )
     assert [s for _, s in plan] == [50, 50, 50]
+
+
+def test_below_the_observed_sizes_the_conservative_curve_is_at_least_linear(stream_of) -> None:
+    # the pessimistic default prior would say 1 unit is only ~1.5x slower than 2
+    scales_well = SpeedModel(0.0, 1.0, 0.0, 0.0, 0.0, node_size=8)
+    result = fit(stream_of(scales_well, [(4, 300)], np.random.default_rng(2)), node_size=8)
+    belief = belief_from_fit(result, LEVELS, Calibration())
+    for n in (1, 2):
+        assert belief.conservative.step_time(n) >= scales_well.step_time(n)
+        assert belief.conservative.step_time(n) >= belief.median.step_time(4) * 4 / n
