@@ -304,3 +304,70 @@ def test_idle_ticks_do_not_bump_resource_versions(
         pod_of(kube, "wait")["metadata"]["resourceVersion"],
     ) == waiting
     assert _wf(argo, "hold")["metadata"]["resourceVersion"] != running  # its progress moved
+
+
+def test_preemption_evicts_lower_priority_pods_when_enabled(tmp_path: Any) -> None:
+    clock = VirtualClock()
+    runner = ScriptedRunner(default=Script(term_exit_s=1))
+    with LocalCluster(
+        cpus=2, state_dir=tmp_path, clock=clock, runner=runner, preemption=True
+    ) as cluster:
+        argo, kube = Api(cluster.argo_url, cluster.token), Api(cluster.kube_url, cluster.token)
+        pcs = "/apis/scheduling.k8s.io/v1/priorityclasses"
+        kube("POST", pcs, json={"metadata": {"name": "urgent"}, "value": 100000})
+        kube(
+            "POST",
+            pcs,
+            json={"metadata": {"name": "polite"}, "value": 50000, "preemptionPolicy": "Never"},
+        )
+        argo("POST", f"/api/v1/workflows/{NS}", json=container_wf("victim", cpu="2", steps=1000))
+        clock.advance(1)
+        argo(
+            "POST",
+            f"/api/v1/workflows/{NS}",
+            json=container_wf("waits", cpu="2", priority_class="polite"),
+        )
+        clock.advance(1)
+        assert runner.launched["victim"].signals == []  # preemptionPolicy Never evicts nobody
+        argo(
+            "POST",
+            f"/api/v1/workflows/{NS}",
+            json=container_wf("boss", cpu="2", priority_class="urgent"),
+        )
+        clock.advance(1)
+        assert runner.launched["victim"].signals == ["SIGTERM"]
+        assert pod_of(kube, "boss")["status"]["nominatedNodeName"] == "qosflow-local"
+        disruption = next(
+            c
+            for c in pod_of(kube, "victim")["status"]["conditions"]
+            if c["type"] == "DisruptionTarget"
+        )
+        assert disruption["reason"] == "PreemptionByScheduler"
+        for _ in range(3):
+            clock.advance(1)
+        assert pod_of(kube, "boss")["status"]["phase"] == "Running"
+        assert pod_of(kube, "waits")["status"]["phase"] == "Pending"
+        victim = _wf(argo, "victim")
+        assert victim["status"]["phase"] == "Failed"
+        assert victim["status"]["nodes"]["victim"]["message"] == "pod deleted"
+
+
+def test_without_preemption_a_higher_priority_pod_waits(
+    argo: Api, kube: Api, clock: VirtualClock, runner: ScriptedRunner
+) -> None:
+    kube(
+        "POST",
+        "/apis/scheduling.k8s.io/v1/priorityclasses",
+        json={"metadata": {"name": "urgent"}, "value": 100000},
+    )
+    argo("POST", f"/api/v1/workflows/{NS}", json=container_wf("runs", cpu="2", steps=1000))
+    clock.advance(1)
+    argo(
+        "POST",
+        f"/api/v1/workflows/{NS}",
+        json=container_wf("boss", cpu="2", priority_class="urgent"),
+    )
+    clock.advance(1)
+    clock.advance(1)
+    assert runner.launched["runs"].signals == []
+    assert pod_of(kube, "boss")["status"]["phase"] == "Pending"

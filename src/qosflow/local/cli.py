@@ -93,6 +93,8 @@ def up(args: argparse.Namespace) -> int:
         "--state-dir",
         str(state_dir),
     ]
+    if getattr(args, "preemption", False):
+        command.append("--preemption")
     with open(state_dir / "server.log", "ab") as log:
         child = subprocess.Popen(
             command,

@@ -59,6 +59,8 @@ class LocalCluster:
         memory: Allocatable memory in bytes (this machine's by default).
         namespace: The namespace qosflow uses.
         watch_keepalive_s: Interval of the ``:`` keep-alive lines of SSE watch streams.
+        preemption: Let pending pods evict lower-priority running pods, as the Kubernetes
+            scheduler does (off by default: a pending pod waits).
     """
 
     def __init__(
@@ -76,6 +78,7 @@ class LocalCluster:
         memory: int | None = None,
         namespace: str = "qosflow",
         watch_keepalive_s: float = 15.0,
+        preemption: bool = False,
     ) -> None:
         if cpus < 1:
             raise ClusterError(f"cpus: must be >= 1 (got {cpus})")
@@ -103,6 +106,7 @@ class LocalCluster:
             grace_s=grace_s,
             argo_priority=self._argo_priority,
             wake=self.wake,
+            preemption=preemption,
         )
         self.controller = Controller(self.store, self.clock, self.node)
         self._argo: Listener | None = None

@@ -340,6 +340,12 @@ class Controller:
         if shutdown:
             node.update(phase="Failed", message=shutdown)
             return
+        disruption = next(
+            (c for c in pstatus.get("conditions") or [] if c["type"] == "DisruptionTarget"), None
+        )
+        if disruption is not None:  # preempted: upstream sees the pod deleted
+            node.update(phase="Failed", message="pod deleted")
+            return
         if phase == "Succeeded":
             node["phase"] = "Succeeded"
             return

@@ -32,6 +32,7 @@ from qosflow.local.pods import (
     pod_key,
     set_condition,
 )
+from qosflow.local.preemption import choose_victims
 from qosflow.local.runner import PodLaunch, PodProcess, Runner, kill_orphan
 from qosflow.local.store import Obj, Store
 
@@ -52,6 +53,7 @@ class Node:
         grace_s: Default termination grace period.
         argo_priority: ``pod -> spec.priority`` of its workflow (live, for the queue order).
         wake: Runs a tick soon; called when a process exits.
+        preemption: Let pending pods evict lower-priority running pods (off by default).
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class Node:
         grace_s: float,
         argo_priority: Callable[[Obj], int],
         wake: Callable[[], None] | None = None,
+        preemption: bool = False,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -76,6 +79,7 @@ class Node:
         self.grace_s = grace_s
         self.argo_priority = argo_priority
         self.wake = wake
+        self.preemption = preemption
         self.procs: dict[str, PodProcess] = {}
 
     # -- accounting ----------------------------------------------------------------------------
@@ -146,6 +150,8 @@ class Node:
                 for n, ok in (("cpu", cpu <= free_cpu), ("memory", memory <= free_memory))
                 if not ok
             ]
+            if short == ["cpu"] and self.preemption and self._preempt(pod, cpu, free_cpu, now):
+                continue
             if short:
                 reasons = ", ".join(f"1 Insufficient {n}" for n in short)
                 message = (
@@ -166,6 +172,32 @@ class Node:
                 self.store.touch(pod)
                 continue
             self.start(pod, now)
+
+    def _preempt(self, pod: Obj, need: int, free: int, now: float) -> bool:
+        """Evict lower-priority pods for ``pod`` (once); True when it now waits for them."""
+        if pod["status"].get("nominatedNodeName"):
+            return any(self.store.runtime.get(k, {}).get("preempted_by") for k in self.procs)
+        terminating = {k for k, r in self.store.runtime.items() if r.get("term_at") is not None}
+        running = [p for p in self.running_pods() if pod_key(p) not in terminating]
+        victims = choose_victims(pod, running, need=need, free=free, cpu_of=allocated_cpu)
+        if not victims:
+            return False
+        preemptor = pod_key(pod)
+        for victim in victims:
+            self.store.runtime[pod_key(victim)]["preempted_by"] = preemptor
+            set_condition(
+                victim,
+                "DisruptionTarget",
+                "True",
+                rfc3339(now) or "",
+                reason="PreemptionByScheduler",
+                message=f"{preemptor}: preempting to accommodate a higher priority pod",
+            )
+            self.terminate(victim, now)
+            self.store.touch(victim)
+        pod["status"]["nominatedNodeName"] = NODE_NAME
+        self.store.touch(pod)
+        return True
 
     def start(self, pod: Obj, now: float) -> None:
         """Bind ``pod`` to the node and start its ``main`` container."""
