@@ -26,7 +26,6 @@ from qosflow.errors import SpecError
 
 if TYPE_CHECKING:
     from qosflow.history import HistoryStore
-
     from qosflow_argo import ArgoCluster
 
 DEFAULT_CONN_ID = "qosflow_default"
