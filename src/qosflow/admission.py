@@ -538,7 +538,7 @@ def _setup(
     latest = max([j.due for j in healthy] + [fresh.due, now])
     horizon = latest + 1.01 * min(fresh.alone_s, 1e9) + slot_s
     edges = timeline(now, horizon, slot_s, [j.due for j in healthy] + [fresh.due])
-    tl = _Timeline(edges, capacity, slot_s, sum(j.pin_units for j in healthy))
+    tl = _Timeline(edges, capacity, slot_s, sum(j.pin_units for j in [*healthy, fresh]))
     return _Setup(healthy, fresh, tl, _Energy(healthy, now, util * capacity), at_risk)
 
 

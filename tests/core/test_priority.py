@@ -122,7 +122,7 @@ def test_hysteresis_holds_the_previous_bucket_near_an_edge() -> None:
 def test_hysteresis_only_matters_within_its_band(lax: float, previous: str, h: float) -> None:
     raw = classify(lax, guaranteed=True, hopeless=False)
     held = classify(lax, guaranteed=True, hopeless=False, previous=previous, hysteresis=h)
-    near_edge = any(abs(lax - e) < h for e in EDGES)
+    near_edge = any(abs(lax - e) <= h for e in EDGES)
     if not near_edge:
         assert held == raw  # away from every edge the previous class never matters
     else:
