@@ -121,7 +121,13 @@ class Watcher:
         if now - self.held_since < self.hold_s:
             return None
         return WatchEvent(
-            DECISION, self.workflow, now, decision, decision.reason, tuple(self.samples)
+            DECISION,
+            self.workflow,
+            now,
+            decision,
+            decision.reason,
+            tuple(self.samples),
+            units=status.units,
         )
 
     def decide(self, status: JobStatus, *, now: float, free_units: int) -> Decision:

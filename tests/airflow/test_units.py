@@ -270,6 +270,7 @@ def test_watch_reports_a_decision_only_after_it_held_for_the_dwell_time():
     assert ev.status == "decision"
     assert ev.decision.action.value in {"scale_up", "at_risk", "bump"}
     assert ev.time - w.held_since >= 10.0
+    assert ev.to_dict()["units"] == 1  # the branch compares the target with it
     assert len(ev.samples) == first + 1
 
 

@@ -18,7 +18,9 @@ os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 # a second DAG bundle with the scenario DAGs the Airflow tests run (dag.test() needs bundle DAGs)
 _LOCAL = "airflow.dag_processing.bundles.local.LocalDagBundle"
 _SCENARIOS = Path(__file__).resolve().parents[1] / "airflow" / "dag_files"
-os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps([
-    {"name": "dags-folder", "classpath": _LOCAL, "kwargs": {}},
-    {"name": "qosflow-tests", "classpath": _LOCAL, "kwargs": {"path": str(_SCENARIOS)}},
-])
+os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
+    [
+        {"name": "dags-folder", "classpath": _LOCAL, "kwargs": {}},
+        {"name": "qosflow-tests", "classpath": _LOCAL, "kwargs": {"path": str(_SCENARIOS)}},
+    ]
+)

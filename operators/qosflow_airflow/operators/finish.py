@@ -118,9 +118,12 @@ class FinishTrainingOperator(QosflowOperator):
         spec = job_from_dict(plan["job"])
         if report.succeeded and samples:
             store = self.hook.get_history()
-            store.record_samples(spec.key, spec.resources.unit, samples)
-            for pred, real in _prediction_pairs(events, report.finished_at, status.units):
-                store.record_prediction(spec.key, pred, real)
+            try:
+                store.record_samples(spec.key, spec.resources.unit, samples)
+                for pred, real in _prediction_pairs(events, report.finished_at, status.units):
+                    store.record_prediction(spec.key, pred, real)
+            finally:
+                store.close()
         png = report.plot(Path(self.report_dir) / f"{spec.name}.png").resolve()
         table = report.table()
         self.log.info("report for %s:\n%s\nplot: %s", spec.name, table, png)

@@ -112,14 +112,18 @@ class PlanTrainingOperator(QosflowOperator):
         if forced is not None and forced not in res.levels:
             raise SpecError("initial_units", f"must be one of {list(res.levels)} (got {forced})")
         store = self.hook.get_history()
-        prior = store.prior(spec.key, res.unit, res.per_node)
+        try:
+            prior = store.prior(spec.key, res.unit, res.per_node)
+            calibration = store.calibration(spec.key)
+        finally:
+            store.close()
         capacity = cluster.capacity(res.unit)
         plan = plan_job(
             spec,
             capacity=capacity.free,
             now=now,
             prior=prior,
-            calibration=store.calibration(spec.key),
+            calibration=calibration,
         )
         verdict = plan.verdict
         offer = _when(verdict.counter_offer)

@@ -143,8 +143,11 @@ def new_watcher(
         from qosflow.history import HistoryStore
 
         store = HistoryStore(history_url)
-        prior = store.prior(spec.key, spec.resources.unit, spec.resources.per_node)
-        calibration = store.calibration(spec.key)
+        try:
+            prior = store.prior(spec.key, spec.resources.unit, spec.resources.per_node)
+            calibration = store.calibration(spec.key)
+        finally:
+            store.close()
     watcher = Watcher(
         spec=spec,
         workflow=state.workflow,
