@@ -100,7 +100,11 @@ def _engine(url: str) -> Engine:
     except ArgumentError as exc:
         raise SpecError("history.url", f"not a SQLAlchemy URL ({exc})") from None
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
+        try:
+            return create_engine(parsed, pool_pre_ping=True)
+        except (ImportError, SQLAlchemyError) as exc:  # e.g. the database driver is missing
+            where = parsed.render_as_string(hide_password=True)
+            raise HistoryError(f"history store {where}: {exc}") from exc
     memory = parsed.database in (None, "", ":memory:")
     if not memory and parsed.database is not None:
         Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)

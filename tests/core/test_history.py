@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from qosflow.errors import SpecError
-from qosflow.history import HistoryStore
+from qosflow.history import HistoryError, HistoryStore
 from qosflow.predict import DEFAULT_FACTOR, calibrate
 from qosflow.speed import ProgressSample, SpeedModel
 
@@ -86,9 +86,12 @@ def test_in_memory_url_keeps_one_database() -> None:
     assert store.predictions("k") == [(1.0, 1.0)]
 
 
-def test_a_bad_url_is_a_spec_error() -> None:
+def test_a_bad_url_is_a_spec_error_and_a_missing_driver_a_history_error() -> None:
     with pytest.raises(SpecError, match=r"history\.url"):
         HistoryStore("not a url")
+    with pytest.raises(HistoryError, match="nosuchdriver") as err:
+        HistoryStore("postgresql+nosuchdriver://user:secret@db.example/qosflow")
+    assert "secret" not in str(err.value)
 
 
 def _writer(url: str, key: str, barrier: Any, spans: Any) -> None:
