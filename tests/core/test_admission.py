@@ -490,3 +490,24 @@ def test_counter_offer_with_many_guaranteed_jobs() -> None:
         )
         assert plan.ok
     assert offers >= 3
+
+
+def test_an_overcommitted_guaranteed_set_blocks_new_guarantees() -> None:
+    # Two jobs that each need the whole cluster for 1.5 h of the same 2 h: one cannot fit.
+    steps = int(1.5 * 3600 * 4**0.8)
+    a = job("a", 2, steps, levels=(4,), margin=0.0)
+    b = job("b", 2, steps, levels=(4,), margin=0.0)
+    verdict = admit(job("new", 8, 10, guaranteed=False), [a, b], capacity=4, now=NOW)
+    assert verdict.kind == "best_effort"
+    assert verdict.counter_offer is None  # nothing passes while "b" does not fit
+    assert verdict.at_risk == ("b",)
+    assert verdict.shares == {"a": 4}
+
+
+def test_max_utilisation_keeps_packing_slack() -> None:
+    # Alone, this job needs 80 % of the cluster-time before its deadline.
+    new = job("new", 2, int(0.8 * 2 * 3600 * 8**0.8), levels=(8,), guaranteed=False, margin=0.0)
+    assert admit(new, [], capacity=8, now=NOW).kind == "guaranteed"
+    slack = admit(new, [], capacity=8, now=NOW, max_utilisation=0.7)
+    assert slack.kind == "best_effort"
+    assert "unit-hours" in slack.reason
