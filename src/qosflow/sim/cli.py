@@ -46,8 +46,8 @@ from qosflow.trace import ClusterShape, ThroughputTable, TraceJob, load_throughp
 DEFAULT_POLICIES = "k8s-default,edf-elastic,xing19,elasticflow,qosflow"
 # name -> (module under qosflow.sim.policies, factory name)
 REGISTRY: dict[str, tuple[str, str]] = {
-    "k8s-default": ("k8s_default", "K8sDefaultPolicy"),
-    "edf-elastic": ("edf_elastic", "EdfElasticPolicy"),
+    "k8s-default": ("k8s_default", "K8sDefault"),
+    "edf-elastic": ("edf_elastic", "EdfElastic"),
     "elasticflow": ("elasticflow", "ElasticFlow"),
     "xing19": ("xing19", "Xing19Policy"),
     "qosflow": ("qosflow_policy", "QosflowPolicy"),

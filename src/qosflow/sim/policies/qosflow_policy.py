@@ -4,29 +4,40 @@ Every rule comes from the core; this module only turns a :class:`~qosflow.sim.po
 into the core's inputs and the core's answers into a :class:`~qosflow.sim.policy.SlotDecision`:
 
 1. **Admission** (:func:`qosflow.admission.admit`): each arriving deadline job, earliest deadline
-   first, is tested against the jobs already guaranteed (conservative speeds, margins, backward
-   filling on the slotted capacity timeline). Guaranteed, or told at once that it is not (with the
-   counter-offer in its reason) — and then it still runs *best-effort* on leftover capacity unless
-   its spec asks for a hard rejection. Loose deadlines are therefore never refused.
-2. **Size** (:func:`qosflow.decide.minimal_share` and :func:`qosflow.decide.decide`): every job's
-   minimal satisfactory share with the core's margin; a running job keeps its size unless the
-   core's rescale rules (scale up at once, scale down only with hysteresis, dwell, benefit) move it.
-3. **Order** (:func:`qosflow.priority.laxity`, :func:`qosflow.priority.classify`): guaranteed jobs
-   by ladder rung then earliest deadline, then best-effort deadline jobs that can still make it,
-   then jobs without a deadline, then hopeless ones (``late``).
-4. **Leftover**: running jobs first keep the size the rescale rules chose, then waiting jobs start,
-   then spare units go one level at a time to the job that saves the most time per unit.
+   first, is tested against the jobs already guaranteed (conservative speeds, margins, energy test,
+   backward filling on the slotted capacity timeline). It is guaranteed, or told at once that it is
+   not (the counter-offer is in its reason) and then still runs *best-effort* on capacity the
+   guarantees do not need, unless its spec asks for a hard rejection. Loose deadlines are therefore
+   never refused.
+2. **Guarantees first**: every decision re-plans the guaranteed jobs with
+   :func:`qosflow.admission.backward_fill` (the proof behind the guarantees) and gives each the
+   units the plan needs *now*; the policy asks to be woken when a planned block starts.
+3. **Minimal shares** (:func:`qosflow.decide.minimal_share`, with the core's margin): guaranteed
+   jobs, then every other deadline job that can still make it, earliest deadline first. A job past
+   its margin but not hopeless gets its knee.
+4. **Rescale rules** (:func:`qosflow.decide.decide`): a running job keeps the size the core's rules
+   choose (scale down only with hysteresis, dwell and a real benefit).
+5. **Leftover**: waiting jobs start, then spare units go one level at a time to the job saving the
+   most seconds per unit, only when the saving beats the core's benefit factor times the rescale
+   overhead and the job is not inside its dwell time.
+
+Priority classes (:func:`qosflow.priority.laxity`, :func:`qosflow.priority.classify`) order jobs of
+equal deadline and are kept per job with the ladder's hysteresis. Oracle speeds plan on the true
+tables; learned speeds plan on the fitted median inflated by the core's conformal factor.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from qosflow import admission, priority
-from qosflow.decide import JobSnapshot, decide, minimal_share
-from qosflow.predict import Belief, Calibration, oracle_belief
+from qosflow.decide import BENEFIT_FACTOR, JobSnapshot, decide, minimal_share
+from qosflow.predict import Belief, Calibration, oracle_belief, predict
 from qosflow.sim.policy import (
     JobView,
     NoOverhead,
@@ -113,10 +124,15 @@ class QosflowPolicy:
     _guaranteed: set[str] = field(default_factory=set)
     _classes: dict[str, str] = field(default_factory=dict)
     _rescaled_at: dict[str, float] = field(default_factory=dict)
+    max_utilisation: float = 1.0
+    _wake: int | None = None
 
     def _prepare(self, view: JobView, snap: SlotSnapshot) -> _Job:
         spec = job_spec(
-            view, node_size=snap.node_size, margin_s=self.margin_s, dwell_s=self.dwell_s
+            view,
+            node_size=snap.node_size,
+            margin_s=max(self.margin_s, snap.slot + self.rescale_overhead_s),
+            dwell_s=self.dwell_s,
         )
         belief = belief_of(view, spec.resources.levels, self.calibration)
         queued = view.units == 0
@@ -130,15 +146,30 @@ class QosflowPolicy:
             rescale_overhead_s=self.rescale_overhead_s,
         )
         need = minimal_share(belief, js) if not view.best_effort else None
-        guaranteed = view.job_id in self._guaranteed
-        hopeless = not view.best_effort and need is None
-        at = need if need is not None else belief.knee
-        finish = js.now + max(view.remaining, 0.0) * belief.conservative.step_time(at)
+        knee = predict(
+            belief,
+            now=js.now,
+            steps_done=js.steps_done,
+            total_steps=spec.total_steps,
+            units=belief.knee,
+            current_units=js.units,
+        )
+        hopeless = not view.best_effort and knee.conservative_finish > view.deadline
+        if need is None and not hopeless and not view.best_effort:
+            need = belief.knee  # inside the margin but still possible: all it can use
+        finish = (
+            knee.conservative_finish
+            if need is None
+            else js.now + max(view.remaining, 0.0) * belief.conservative.step_time(need)
+        )
         lax = priority.laxity(
             now=js.now, deadline=view.deadline, submitted_at=view.submit, conservative_finish=finish
         )
         klass = priority.classify(
-            lax, guaranteed=guaranteed, hopeless=hopeless, previous=self._classes.get(view.job_id)
+            lax,
+            guaranteed=view.job_id in self._guaranteed,
+            hopeless=hopeless,
+            previous=self._classes.get(view.job_id),
         ).name
         self._classes[view.job_id] = klass
         keep = 0
@@ -166,6 +197,7 @@ class QosflowPolicy:
                 now=float(snap.now),
                 if_not_guaranteed=job.spec.if_not_guaranteed,
                 slot_s=float(snap.slot),
+                max_utilisation=self.max_utilisation,
             )
             reasons[job.view.job_id] = verdict.reason
             if verdict.kind == "guaranteed":
@@ -182,7 +214,7 @@ class QosflowPolicy:
             steps_done=job.snap.steps_done,
             now=job.snap.now,
             guaranteed=job.view.job_id in self._guaranteed,
-            running_units=job.view.units,
+            running_units=0,
         )
 
     def decide(self, snap: SlotSnapshot) -> SlotDecision:
@@ -195,7 +227,7 @@ class QosflowPolicy:
             jobs[job_id] = self._prepare(jobs[job_id].view, snap)
         for job_id in rejected:
             jobs.pop(job_id)
-        alloc = self._allocate(list(jobs.values()), snap.capacity)
+        alloc = self._allocate(list(jobs.values()), snap)
         for job_id, units in alloc.items():
             if jobs[job_id].view.units not in (0, units):
                 self._rescaled_at[job_id] = float(snap.now)
@@ -205,40 +237,83 @@ class QosflowPolicy:
         return SlotDecision(
             allocation={k: v for k, v in alloc.items() if v > 0},
             rejected=tuple(rejected),
+            wake_at=self._wake if self._wake is not None and self._wake > snap.now else None,
             admitted=tuple(admitted),
             reasons=reasons,
         )
 
-    def _order(self, job: _Job) -> tuple[int, int, float, float, str]:
-        v = job.view
-        group = 0 if v.job_id in self._guaranteed else 1
-        if v.best_effort:
-            group = 2
-        elif job.need is None:
-            group = 3
-        return (group, _RANK.get(job.klass, 99), v.deadline, v.submit, v.job_id)
+    def _reserved(self, jobs: list[_Job], snap: SlotSnapshot) -> tuple[dict[str, int], int | None]:
+        """Units the guarantees' backward-fill plan needs now, and when that plan next changes.
 
-    def _allocate(self, jobs: list[_Job], capacity: int) -> dict[str, int]:
+        The plan (:func:`qosflow.admission.backward_fill`) is the proof behind every guarantee;
+        filling late keeps early capacity free for others, so the policy must be woken when a
+        planned block starts.
+        """
+        cands = [self._candidate(j) for j in jobs if j.view.job_id in self._guaranteed]
+        if not cands:
+            return {}, None
+        plan = admission.backward_fill(
+            cands, capacity=snap.capacity, now=float(snap.now), slot_s=float(snap.slot)
+        )
+        wake: float | None = None
+        now_units: dict[str, int] = {}
+        for name, row in plan.units.items():
+            if not row.size:
+                continue
+            now_units[name] = int(row[0])
+            changes = np.flatnonzero(row != row[0])
+            if changes.size:
+                t = float(plan.edges[int(changes[0])])
+                wake = t if wake is None else min(wake, t)
+        return now_units, None if wake is None else math.ceil(wake)
+
+    def _order(self, job: _Job) -> tuple[int, float, int, float, str]:
+        v = job.view
+        group = 0
+        if v.best_effort:
+            group = 1
+        elif job.need is None:
+            group = 2
+        return (group, v.deadline, _RANK.get(job.klass, 99), v.submit, v.job_id)
+
+    def _allocate(self, jobs: list[_Job], snap: SlotSnapshot) -> dict[str, int]:
         jobs.sort(key=self._order)
-        alloc = {j.view.job_id: 0 for j in jobs}
-        free = capacity
-        for job in jobs:  # minimal shares of guaranteed and still-feasible jobs
-            want = job.need
-            if want is None and job.view.job_id in self._guaranteed:
-                want = _fit(job.belief.levels, min(job.belief.knee, free))
-            if want and want <= free:
-                alloc[job.view.job_id] = want
-                free -= want
-        for job in jobs:  # running jobs keep what the rescale rules chose
-            extra = _fit(job.belief.levels, min(job.keep, alloc[job.view.job_id] + free))
-            if extra > alloc[job.view.job_id]:
-                free -= extra - alloc[job.view.job_id]
-                alloc[job.view.job_id] = extra
-        for job in jobs:  # waiting jobs start on what is left
-            if alloc[job.view.job_id] == 0 and job.belief.levels[0] <= free:
-                alloc[job.view.job_id] = job.belief.levels[0]
-                free -= job.belief.levels[0]
-        return _spread(jobs, alloc, free)
+        a = _Alloc({j.view.job_id: 0 for j in jobs}, snap.capacity)
+        reserved, self._wake = self._reserved(jobs, snap)
+        for job in jobs:  # 1. what the guarantees' plan needs now
+            a.raise_to(job, reserved.get(job.view.job_id, 0))
+        for first in (True, False):  # 2. minimal shares: guaranteed jobs, then the rest, EDF
+            for job in jobs:
+                if (job.view.job_id in self._guaranteed) == first:
+                    a.exactly(job, job.need)
+        for job in jobs:  # 3. running jobs keep what the core's rescale rules chose
+            a.raise_to(job, job.keep)
+        for job in jobs:  # 4. waiting jobs start on what is left
+            a.raise_to(job, job.belief.levels[0])
+        return _spread(jobs, a.units, a.free)  # 5. spare units where they save the most time
+
+
+@dataclass(slots=True)
+class _Alloc:
+    """The allocation being built: units per job and the units still free."""
+
+    units: dict[str, int]
+    free: int
+
+    def raise_to(self, job: _Job, target: int) -> None:
+        """Grow the job to the largest level <= ``target`` that fits (never shrinks)."""
+        have = self.units[job.view.job_id]
+        level = _fit(job.belief.levels, min(target, have + self.free))
+        if level > have:
+            self.free -= level - have
+            self.units[job.view.job_id] = level
+
+    def exactly(self, job: _Job, target: int | None) -> None:
+        """Grow the job to exactly ``target`` when it fits whole, else leave it."""
+        have = self.units[job.view.job_id]
+        if target is not None and have < target <= have + self.free:
+            self.free -= target - have
+            self.units[job.view.job_id] = target
 
 
 def _fit(levels: tuple[int, ...], limit: int) -> int:
@@ -251,13 +326,24 @@ def _fit(levels: tuple[int, ...], limit: int) -> int:
 
 
 def _gain(job: _Job, have: int) -> tuple[float, int] | None:
-    """Seconds saved per extra unit by growing one level from ``have`` (None: cannot grow)."""
+    """Seconds saved per extra unit by growing one level from ``have`` (None: not worth it).
+
+    Growing costs a rescale, so it must save more than the core's benefit factor times the
+    rescale overhead, and a job inside its dwell time is not moved at all.
+    """
     up = next((n for n in job.belief.levels if n > have), None)
-    if up is None or up > job.belief.knee:
+    if up is None or up > job.belief.knee or _dwelling(job):
         return None
     med = job.belief.median
-    saved = job.view.remaining * (med.step_time(have) - med.step_time(up)) / (up - have)
-    return (saved, up) if saved > 0 else None
+    saved = job.view.remaining * (med.step_time(have) - med.step_time(up))
+    if saved <= BENEFIT_FACTOR * job.snap.rescale_overhead_s:
+        return None
+    return saved / (up - have), up
+
+
+def _dwelling(job: _Job) -> bool:
+    last = job.snap.last_rescale_at
+    return last is not None and job.snap.now - last < job.spec.dwell_seconds
 
 
 def _spread(jobs: list[_Job], alloc: dict[str, int], free: int) -> dict[str, int]:
