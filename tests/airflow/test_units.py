@@ -200,6 +200,7 @@ def test_each_action_maps_to_its_configured_task():
     at_risk = {"action": "at_risk", "units": 2}
     assert branch_for(at_risk, branches, current_units=1) == "g.rescale"
     assert branch_for(at_risk, branches, current_units=2) == "g.bump"
+    assert branch_for({"action": "at_risk", "units": 1}, branches, current_units=2) == "g.bump"
     with pytest.raises(AirflowFailException, match="unknown action"):
         branch_for({"action": "panic"}, branches)
     with pytest.raises(AirflowFailException, match="no branch configured"):

@@ -19,8 +19,9 @@ def branch_for(
 ) -> str:
     """The task id for a decision's action (``done`` when the watch saw the job end).
 
-    ``at_risk`` with a size other than the current one goes to the rescale branch first (the
-    most the job can get is worth more than a priority class a running pod cannot change).
+    ``at_risk`` with a bigger size than the current one goes to the rescale branch (the most the
+    job can get is worth more than a priority class a running pod cannot change); at risk, a job
+    never gives units away, so a smaller size goes to the bump branch.
 
     Raises:
         AirflowFailException: When the decision is missing or its action has no branch.
@@ -32,10 +33,8 @@ def branch_for(
         raise AirflowFailException(f"decision.action: unknown action {action!r}")
     target = decision.get("units")
     if action == "at_risk" and current_units is not None and target is not None:
-        if int(target) > current_units:
+        if int(target) > current_units:  # never give units away while at risk
             action = "scale_up"
-        elif int(target) < current_units:
-            action = "scale_down"
     if action not in branches:
         raise AirflowFailException(f"no branch configured for action {action!r}")
     return branches[action]
