@@ -109,7 +109,7 @@ def _writer(url: str, key: str, barrier: Any, spans: Any) -> None:
 @pytest.mark.slow
 def test_two_writer_processes_lose_no_row(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"
-    HistoryStore(url).close()
+    # no store is opened here: both writers create the tables at the same time
     ctx = mp.get_context("fork")  # the children inherit the imports: they start at once
     barrier, spans = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_writer, args=(url, key, barrier, spans)) for key in ("a", "b")]
