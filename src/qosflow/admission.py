@@ -531,6 +531,8 @@ def _setup(
     util: float,
 ) -> _Setup:
     others = [c for c in admitted if c.guaranteed and c.name != new.name and c.remaining_steps > 0]
+    if len({c.name for c in others}) < len(others):
+        raise SpecError("admitted", "guaranteed jobs must have unique names")
     jobs = [_job(c, capacity, i) for i, c in enumerate(others)]
     healthy = _edf([j for j in jobs if j.alone_s <= j.due - now])
     at_risk = tuple(j.name for j in jobs if j.alone_s > j.due - now)

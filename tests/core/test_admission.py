@@ -434,6 +434,8 @@ def test_bad_admission_arguments_raise_spec_errors() -> None:
         admit(new, [], capacity=4, now=NOW, if_not_guaranteed="maybe")
     with pytest.raises(SpecError, match="slot_s"):
         admit(new, [], capacity=4, now=NOW, slot_s=0.0)
+    with pytest.raises(SpecError, match="unique"):
+        admit(new, [job("a", 2, 10), job("a", 3, 10)], capacity=4, now=NOW)
 
 
 def test_candidate_from_spec_and_belief() -> None:
