@@ -32,9 +32,9 @@ def branch_for(
     if action not in ACTIONS:
         raise AirflowFailException(f"decision.action: unknown action {action!r}")
     target = decision.get("units")
-    if action == "at_risk" and current_units is not None and target is not None:
-        if int(target) > current_units:  # never give units away while at risk
-            action = "scale_up"
+    bigger = target is not None and current_units is not None and int(target) > current_units
+    if action == "at_risk" and bigger:  # never give units away while at risk
+        action = "scale_up"
     if action not in branches:
         raise AirflowFailException(f"no branch configured for action {action!r}")
     return branches[action]
