@@ -262,7 +262,7 @@ def _bound_of(w: Workload, time_limit: float, slot: float | None) -> UpperBound:
 
 def simulate_cmd(args: argparse.Namespace) -> int:
     """``qosflow simulate``: run policies on a trace, write CSVs and plots, print the table."""
-    console = Console()
+    console = Console(width=max(Console().width, 150))
     w = load_workload(args.trace, args.cluster, args.gpu_type, args.seed)
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
     for name in names:
@@ -313,7 +313,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
 
 def bound_cmd(args: argparse.Namespace) -> int:
     """``qosflow bound``: every upper bound of a trace and their minimum."""
-    console = Console()
+    console = Console(width=max(Console().width, 150))
     w = load_workload(args.trace, args.cluster, args.gpu_type, args.seed)
     slot = None if args.slot <= 0 else float(args.slot)
     with console.status("solving"):

@@ -1,0 +1,144 @@
+"""Behaviour of the ``xing19`` and ``qosflow`` policies that users rely on."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+import qosflow.admission
+from qosflow.bound import BoundJob, upper_bound
+from qosflow.sim.engine import SimConfig, simulate
+from qosflow.sim.policies.k8s_default import K8sDefault
+from qosflow.sim.policies.qosflow_policy import QosflowPolicy
+from qosflow.sim.policies.xing19 import Xing19Policy
+from qosflow.sim.policy import JobView, RescaleOverhead, SlotSnapshot
+from qosflow.sim.workload import BATCH, SeedWorkload, generate, seed_table
+from qosflow.trace import TraceJob
+
+SMALL = SeedWorkload(jobs=30, rate_per_hour=20, nodes=2, cores_per_node=16)
+
+
+def _run(policy: Any, w: SeedWorkload, seed: int, **kw: Any) -> Any:
+    jobs = kw.pop("jobs", None) or generate(w, np.random.default_rng(seed))
+    config = SimConfig(capacity=w.capacity, node_size=w.cores_per_node, slot=60, **kw)
+    return simulate(jobs, seed_table(w), policy, config)
+
+
+def _view(job_id: str, deadline: float, total: int, speeds: dict[int, float], **kw: Any) -> JobView:
+    return JobView(
+        job_id=job_id,
+        submit=0.0,
+        deadline=deadline,
+        total=total,
+        done=kw.pop("done", 0.0),
+        units=kw.pop("units", 0),
+        requested=1,
+        speeds=speeds,
+        max_units=max(speeds),
+        model="m",
+        batch_size=64,
+        **kw,
+    )
+
+
+SPEEDS = {1: 1.0, 2: 1.9, 4: 3.6, 8: 6.5}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_loose_deadlines_are_never_refused_and_all_met(seed: int) -> None:
+    loose = SeedWorkload(jobs=30, rate_per_hour=3, lam_min=3.0, lam_max=4.0, nodes=2)
+    result = _run(QosflowPolicy(), loose, seed)
+    assert not any(o.rejected for o in result.outcomes)
+    assert result.ratio == 1.0
+    assert all(o.admitted for o in result.outcomes)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_rigid_fifo_never_beats_qosflow(seed: int) -> None:
+    ours = _run(QosflowPolicy(overhead=RescaleOverhead(5)), SMALL, seed)
+    fifo = _run(K8sDefault(overhead=RescaleOverhead(5)), SMALL, seed)
+    assert ours.met >= fifo.met
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_sufficient_resources_every_deadline_met(seed: int) -> None:
+    light = SeedWorkload(jobs=30, rate_per_hour=2, nodes=2, cores_per_node=16)
+    jobs = generate(light, np.random.default_rng(seed))
+    table = seed_table(light)
+    bound = upper_bound(
+        [
+            BoundJob(j.job_id, j.submit, j.deadline, j.iterations, table.curve(j.model, BATCH))
+            for j in jobs
+        ],
+        light.capacity,
+        slot=300.0,
+    )
+    assert bound.sufficient  # the bound names the regime
+    ours = _run(QosflowPolicy(overhead=RescaleOverhead(5)), light, seed, jobs=jobs)
+    assert ours.met == bound.value == len(jobs)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_no_guarantee_violation_without_overheads(seed: int) -> None:
+    ours = _run(QosflowPolicy(), SMALL, seed)
+    assert [o.job_id for o in ours.outcomes if o.admitted and not o.met] == []
+
+
+def test_admission_is_called_once_per_deadline_arrival(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real = qosflow.admission.admit
+
+    def spy(new: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(new.name)
+        return real(new, *args, **kwargs)
+
+    monkeypatch.setattr(qosflow.admission, "admit", spy)
+    jobs = generate(SMALL, np.random.default_rng(5))
+    _run(QosflowPolicy(), SMALL, 5, jobs=jobs)
+    assert sorted(calls) == sorted(j.job_id for j in jobs if not j.best_effort)
+
+
+def test_a_job_that_cannot_be_guaranteed_runs_best_effort_and_says_why() -> None:
+    policy = QosflowPolicy()
+    # two jobs that each need the whole 8-unit cluster for the whole window: one is guaranteed
+    a = _view("a", 1000.0, 5000, SPEEDS)
+    b = _view("b", 1000.0, 5000, SPEEDS)
+    snap = SlotSnapshot(0, 60, 8, 8, 0, ("a", "b"), (), (a, b))
+    d = policy.decide(snap)
+    assert d.admitted == ("a",)
+    assert d.rejected == ()
+    assert "not guaranteed" in d.reasons["b"]
+    assert d.allocation["a"] == 8
+    assert d.allocation.get("b", 0) == 0  # nothing left over for it now, but it is not refused
+
+
+def test_xing19_skips_jobs_that_can_no_longer_make_it() -> None:
+    doomed = _view("doomed", 100.0, 10_000, SPEEDS)  # needs > 1500 s even at 8 units
+    fine = _view("fine", 2000.0, 3000, SPEEDS)
+    snap = SlotSnapshot(0, 60, 8, 8, 0, ("doomed", "fine"), (), (doomed, fine))
+    d = Xing19Policy().decide(snap)
+    assert d.allocation["fine"] == 2  # the minimal configuration: 3000 / 1.9 < 2000 s
+    assert d.allocation["doomed"] == 4  # only leftover: the largest level that still fits
+
+
+def test_learned_mode_plans_on_conservative_speeds() -> None:
+    from qosflow.predict import Calibration
+
+    job = _view("j", 1000.0, 1900, SPEEDS)
+    snap = SlotSnapshot(0, 60, 8, 8, 0, ("j",), (), (job,))
+    oracle = QosflowPolicy().decide(snap)
+    learned = QosflowPolicy(calibration=Calibration(1.5)).decide(snap)
+    assert oracle.admitted == ("j",)
+    # 1.5x slower belief: 2 units no longer finish 1900 steps in time with the margin
+    assert learned.allocation["j"] >= oracle.allocation["j"]
+
+
+def test_best_effort_jobs_use_leftover_capacity() -> None:
+    be = TraceJob("be", 0.0, math.inf, 5000, "cnn-small", 256, 1, 100.0, best_effort=True)
+    w = SeedWorkload(jobs=1, nodes=1, cores_per_node=16)
+    result = _run(QosflowPolicy(), w, 1, jobs=(be,))
+    assert result.outcomes[0].finish is not None
+    assert result.ratio == 1.0  # no deadline jobs: nothing to miss
