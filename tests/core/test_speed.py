@@ -184,3 +184,23 @@ def test_probe_rule_plans_at_most_one_level_beyond_observed(levels, observed) ->
         assert len([n for n in out if n > max(observed)]) <= 1
     else:
         assert set(out) == set(levels)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.builds(
+            ProgressSample,
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.integers(-5, 10**6),
+            st.integers(-1, 64),
+        ),
+        max_size=40,
+    )
+)
+def test_fit_never_raises_on_arbitrary_samples(samples: list[ProgressSample]) -> None:
+    result = fit(samples, node_size=8)
+    assert isinstance(result, FitResult)
+    if result.success:
+        assert all(n >= 1 for n in result.observed_units)
+        assert all(v >= 0 for v in result.model.params)
