@@ -18,8 +18,6 @@ for the first 240, then double every 120; every effective deadline is a slot edg
 from __future__ import annotations
 
 import bisect
-import functools
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,26 +25,46 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import numpy.typing as npt
 
 from qosflow.errors import SpecError
+from qosflow.timeline import (
+    _EPS,
+    _EVERY,
+    COARSE_BLOCK,
+    FINE_SLOTS,
+    FillPlan,
+    IntArray,
+    _check,
+    _edf,
+    _hull_energy,
+    _Job,
+    _job,
+    _Placement,
+    _run,
+    _Timeline,
+    backward_fill,
+    least_energy,
+    timeline,
+)
 
 if TYPE_CHECKING:
     from qosflow.predict import Belief
     from qosflow.spec import JobSpec
 
-__all__ = ["Candidate", "FillPlan", "Verdict", "admit", "backward_fill", "candidate"]
+__all__ = [
+    "COARSE_BLOCK",
+    "FINE_SLOTS",
+    "Candidate",
+    "FillPlan",
+    "Verdict",
+    "admit",
+    "backward_fill",
+    "candidate",
+    "least_energy",
+    "timeline",
+]
 
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 Kind = Literal["guaranteed", "best_effort", "rejected"]
-
-FINE_SLOTS = 240
-"""Slots of exactly ``slot_s`` at the start of the timeline."""
-COARSE_BLOCK = 120
-"""After the fine slots, the slot length doubles every this many slots."""
-_EPS = 1e-9
-_EVERY = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,285 +189,6 @@ class Verdict:
         )
 
 
-# --------------------------------------------------------------------------- the fill engine
-
-
-@dataclass(frozen=True, slots=True)
-class _Speeds:
-    """A job's speed frontier (levels faster than all smaller ones) and energy hull."""
-
-    units: IntArray
-    rates: FloatArray
-    hull: tuple[tuple[float, float], ...]
-    pin_rate: float
-    rate_list: tuple[float, ...]
-
-
-@functools.lru_cache(maxsize=65_536)
-def _speeds(
-    levels: tuple[int, ...], step_time: tuple[float, ...], capacity: int, running: int
-) -> _Speeds:
-    units, rates, pin_rate = [0], [0.0], 0.0
-    for n, t in zip(levels, step_time, strict=True):
-        rate = 1.0 / t if math.isfinite(t) else 0.0
-        if n <= running:
-            pin_rate = max(pin_rate, rate)
-        if n <= capacity and rate > rates[-1]:
-            units.append(n)
-            rates.append(rate)
-    hull: list[tuple[float, float]] = []
-    for c in zip(rates, map(float, units), strict=True):  # lower hull; rates and units ascend
-        while len(hull) >= 2 and (
-            (hull[-1][1] - hull[-2][1]) * (c[0] - hull[-2][0])
-            >= (c[1] - hull[-2][1]) * (hull[-1][0] - hull[-2][0])
-        ):
-            hull.pop()
-        hull.append(c)
-    arrays = np.array(units, dtype=np.int64), np.array(rates, dtype=np.float64)
-    return _Speeds(*arrays, tuple(hull), pin_rate, tuple(rates))
-
-
-def _hull_energy(hull: Sequence[tuple[float, float]], steps: float, window: float) -> float:
-    if steps <= 0.0:
-        return 0.0
-    if window <= 0.0 or len(hull) < 2:
-        return math.inf
-    x = steps / window
-    if x > hull[-1][0] * (1.0 + _EPS):
-        return math.inf
-    for (x1, y1), (x2, y2) in itertools.pairwise(hull):
-        if x <= x2:
-            return window * (y1 + (y2 - y1) * (x - x1) / (x2 - x1))
-    return window * hull[-1][1]
-
-
-def least_energy(
-    levels: Sequence[int], step_time: Sequence[float], steps: float, window: float
-) -> float:
-    """Least unit-seconds to run ``steps`` within ``window`` seconds, mixing levels over time.
-
-    The two-row LP ``min sum(t_n * n)`` s.t. ``sum(t_n / step_time_n) >= steps``,
-    ``sum(t_n) <= window``, solved on the lower convex hull of ``(0, 0)`` and ``(rate_n, n)``: the
-    optimum runs the whole window at the average rate ``steps / window``. ``inf`` when even the
-    fastest level is too slow.
-    """
-    sp = _speeds(tuple(levels), tuple(step_time), max(levels, default=0), 0)
-    return _hull_energy(sp.hull, steps, window)
-
-
-@dataclass(frozen=True, slots=True)
-class _Job:
-    name: str
-    order: int
-    due: float
-    steps: float
-    sp: _Speeds
-    pin_units: int
-
-    @property
-    def top(self) -> int:  # fastest level within the capacity (0: none has a known speed)
-        return int(self.sp.units[-1])
-
-    @property
-    def alone_s(self) -> float:  # seconds at the fastest level with the whole cluster
-        return self.steps / float(self.sp.rates[-1]) if self.top else math.inf
-
-    def quickest(self, window: float) -> int:  # smallest level done within window, else top
-        fits = (
-            n
-            for n, r in zip(self.sp.units[1:], self.sp.rates[1:], strict=True)
-            if self.steps <= r * window
-        )
-        return int(next(fits, self.top))
-
-
-def _job(c: Candidate, capacity: int, order: int) -> _Job:
-    pin = c.running_units if c.guaranteed else 0
-    sp = _speeds(c.levels, c.step_time, capacity, pin)
-    return _Job(c.name, order, c.due, float(c.remaining_steps), sp, pin)
-
-
-def timeline(now: float, horizon: float, slot_s: float, marks: Sequence[float]) -> FloatArray:
-    """Slot edges from ``now`` past ``horizon``: a fine grid, then doubling slots, plus ``marks``."""
-    span = max(horizon - now, slot_s)
-    lengths: list[FloatArray] = [np.full(FINE_SLOTS, slot_s)]
-    covered, length = FINE_SLOTS * slot_s, slot_s
-    while covered < span:
-        length *= 2.0
-        lengths.append(np.full(COARSE_BLOCK, length))
-        covered += COARSE_BLOCK * length
-    grid = now + np.concatenate(([0.0], np.cumsum(np.concatenate(lengths))))
-    grid = grid[: int(np.searchsorted(grid, now + span, side="left")) + 1]
-    inside = np.array([m for m in marks if now < m <= grid[-1]], dtype=np.float64)
-    return np.unique(np.concatenate((grid, inside)))
-
-
-@dataclass(frozen=True, slots=True)
-class _Placement:
-    start: int
-    end: int
-    alloc: IntArray | int  # units per slot of [start, end), or one level throughout
-    share: int
-
-
-class _Timeline:
-    """Free units per slot, mutated as jobs are placed (a local workspace, never shared)."""
-
-    def __init__(self, edges: FloatArray, capacity: int, slot_s: float, pinned: int) -> None:
-        self.edges = edges
-        self.edge_list: list[float] = edges.tolist()
-        self.lens = np.diff(edges)
-        self.npin = bisect.bisect_left(self.edge_list, self.edge_list[0] + slot_s)
-        self.free0 = np.full(self.lens.size, capacity, dtype=np.int64)
-        self.free0[: self.npin] = max(capacity - pinned, 0)
-        self.free = self.free0.copy()
-
-    def reset(self) -> None:
-        self.free = self.free0.copy()
-
-    def index(self, t: float) -> int:  # the last edge at or before t
-        return bisect.bisect_right(self.edge_list, t) - 1
-
-    def apply(self, p: _Placement) -> None:
-        self.free[p.start : p.end] -= p.alloc
-
-    def place(self, job: _Job) -> _Placement | None:
-        """Minimal satisfactory share of ``job`` by backward fill; ``None`` when it cannot fit."""
-        end = self.index(job.due)
-        first = self.npin if job.pin_units else 0
-        need = job.steps
-        if job.pin_units:
-            need -= job.sp.pin_rate * (self.edge_list[min(end, self.npin)] - self.edge_list[0])
-        if need <= _EPS * max(job.steps, 1.0):
-            return _Placement(end, end, 0, job.pin_units)
-        if end <= first:
-            return None
-        target, rates = need * (1.0 - _EPS), job.sp.rates
-        span = self.edge_list[end] - self.edge_list[first]
-        lo = bisect.bisect_left(job.sp.rate_list, target, key=lambda r: r * span)
-        if lo >= rates.size:
-            return None
-        start = max(self.index(self.edge_list[end] - target / float(rates[lo])), first)
-        cap = int(job.sp.units[lo])
-        if int(self.free[start:end].min()) >= cap:  # the whole block at one level fits
-            return _Placement(start, end, cap, cap)
-        hint, hi = 4 * (end - start) + 16, rates.size - 1
-        best = self._fill(job, lo, first, end, target, hint)
-        if best is None and hi > lo:
-            best = self._fill(job, hi, first, end, target, end)  # whole window at once
-            lo += 1
-            while best is not None and lo < hi:  # smallest cap in [lo, hi] that fits
-                mid = (lo + hi) // 2
-                got = self._fill(job, mid, first, end, target, hint)
-                if got is None:
-                    lo = mid + 1
-                else:
-                    best, hi = got, mid
-        return best
-
-    def _fill(
-        self, job: _Job, i: int, first: int, end: int, target: float, hint: int
-    ) -> _Placement | None:
-        """Backward fill under cap ``units[i]``: per slot the best level within cap and free."""
-        cap, lo = int(job.sp.units[i]), max(first, end - hint)
-        units, rates = job.sp.units, job.sp.rates
-        while True:  # a window near the deadline first, widened only when needed
-            idx = units.searchsorted(np.minimum(self.free[lo:end], cap), "right") - 1
-            work = rates[idx] * self.lens[lo:end]
-            if work.sum() >= target:  # cheap; the running sum only when the window suffices
-                back = int(work[::-1].cumsum().searchsorted(target))
-                if back < work.size:
-                    start = end - 1 - back
-                    return _Placement(start, end, units[idx[start - lo :]], cap)
-            if lo == first:
-                return None
-            hint *= 4
-            lo = max(first, end - hint)
-
-
-@dataclass(frozen=True, slots=True)
-class FillPlan:
-    """A backward-fill plan, the evidence behind a guarantee.
-
-    Attributes:
-        edges: Slot edges (epoch seconds), one more than slots.
-        free: Units left free in each slot after every placement.
-        units: Per job, the units it gets in each slot (running units in the pinned slots).
-        shares: Per placed job, its minimal satisfactory share (unit cap).
-        failed: Jobs (in deadline order) the fill could not place.
-        pinned_slots: Leading slots in which running guaranteed jobs keep their units.
-    """
-
-    edges: FloatArray
-    free: IntArray
-    units: Mapping[str, IntArray]
-    shares: Mapping[str, int]
-    failed: tuple[str, ...]
-    pinned_slots: int
-
-    @property
-    def ok(self) -> bool:
-        """Whether every job was placed."""
-        return not self.failed
-
-
-def _edf(jobs: Sequence[_Job]) -> list[_Job]:
-    return sorted(jobs, key=lambda j: (j.due, j.order))
-
-
-def _run(
-    tl: _Timeline,
-    order: Sequence[_Job],
-    *,
-    stop: bool,
-    snapshots: list[IntArray] | None = None,
-) -> tuple[dict[str, _Placement], list[str]]:
-    """Place ``order`` one by one; ``snapshots`` gets the free units before every 64th job."""
-    placed: dict[str, _Placement] = {}
-    failed: list[str] = []
-    for i, job in enumerate(order):
-        if snapshots is not None and i % _EVERY == 0:
-            snapshots.append(tl.free.copy())
-        got = tl.place(job)
-        if got is None:
-            failed.append(job.name)
-            if stop:
-                break
-        else:
-            tl.apply(got)
-            placed[job.name] = got
-    return placed, failed
-
-
-def backward_fill(
-    jobs: Sequence[Candidate], *, capacity: int, now: float, slot_s: float = 60.0
-) -> FillPlan:
-    """Backward-fill every job with a finite deadline and steps left, in deadline order.
-
-    This is the constructive test :func:`admit` runs; it is public so that a guarantee can be
-    checked against its plan. Running guaranteed jobs keep ``running_units`` in the first slot.
-    """
-    _check(capacity, now, slot_s)
-    js = [
-        _job(c, capacity, i) for i, c in enumerate(jobs) if c.remaining_steps and c.due < math.inf
-    ]
-    dues = [j.due for j in js]
-    tl = _Timeline(
-        timeline(now, max([*dues, now]), slot_s, dues),
-        capacity,
-        slot_s,
-        sum(j.pin_units for j in js),
-    )
-    placed, failed = _run(tl, _edf(js), stop=False)
-    units = {j.name: np.zeros(tl.lens.size, dtype=np.int64) for j in js}
-    for j in js:
-        units[j.name][: tl.npin] = j.pin_units
-    for name, p in placed.items():
-        units[name][p.start : p.end] = p.alloc
-    shares = {k: p.share for k, p in placed.items()}
-    return FillPlan(tl.edges, tl.free.copy(), units, shares, tuple(failed), tl.npin)
-
-
 # --------------------------------------------------------------------------- the energy test
 
 
@@ -489,15 +228,6 @@ class _Energy:
 
 
 # --------------------------------------------------------------------------- admission
-
-
-def _check(capacity: int, now: float, slot_s: float) -> None:
-    if capacity < 1:
-        raise SpecError("capacity", f"must be >= 1 (got {capacity})")
-    if not math.isfinite(now):
-        raise SpecError("now", f"must be a finite time (got {now})")
-    if not (slot_s > 0.0 and math.isfinite(slot_s)):
-        raise SpecError("slot_s", f"must be > 0 (got {slot_s})")
 
 
 def _iso(t: float) -> str:
