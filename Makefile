@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 export UV_LINK_MODE ?= copy
 
-.PHONY: demo test lint typecheck contracts pytest bench venv uv clean render
+.PHONY: demo test lint typecheck contracts pytest pytest-k8s36 bench venv uv clean render
 
 uv:
 	@command -v uv >/dev/null 2>&1 || [ -x "$(HOME)/.local/bin/uv" ] || \
@@ -27,7 +27,17 @@ contracts: venv
 pytest: venv
 	$(PY) -m pytest
 
-test: lint typecheck contracts pytest
+# The Argo client must work with kubernetes client 36 (what cncf-kubernetes pins) and 37 (our lock):
+# re-run the client, contract and fault suites with 36.0.3 layered over the locked environment.
+pytest-k8s36: venv
+	@UV=$$(command -v uv || echo $(HOME)/.local/bin/uv); $$UV run --frozen --all-extras --quiet \
+	  --with 'kubernetes==36.0.3' python -c "import kubernetes, sys; print('kubernetes client', \
+	  kubernetes.__version__); sys.exit(not kubernetes.__version__.startswith('36.'))" && \
+	$$UV run --frozen --all-extras --quiet \
+	  --with 'kubernetes==36.0.3' python -m pytest -q -p no:cacheprovider \
+	  tests/argo/test_client.py tests/argo/test_contract.py tests/argo/test_faults.py
+
+test: lint typecheck contracts pytest pytest-k8s36
 
 bench: venv
 	@for b in bench/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
