@@ -46,7 +46,8 @@ SETTINGS = (
     ("cluster01", f"{MS}/cluster01.csv", "64x8", "A100", 60),
 )
 LARGE = {"cluster01"}
-SEED_SETTINGS = (("insufficient", 48.0), ("sufficient", 8.0))
+SEED_SETTINGS = (("sufficient", 8.0), ("insufficient", 32.0), ("insufficient_heavy", 48.0))
+SEED_OVERHEAD = "rescale:5"  # in-place CPU resize (DESIGN §4): a few seconds to re-read the quota
 SEED_JOBS = 120
 
 
@@ -152,11 +153,20 @@ def seed_paper() -> None:
         ub = upper_bound(bound_jobs(w), w.shape.total, slot=600.0, time_limit=60.0)
         named = "sufficient" if ub.sufficient else "insufficient"
         say(f"seed.{regime}.rate_per_hour", rate)
+        say(f"seed.{regime}.overhead", SEED_OVERHEAD)
         say(f"seed.{regime}.bound_regime", f"{named} (bound {ub.value}/{ub.deadline_jobs})")
         met = {}
         for policy in ("k8s-default", "xing19", "qosflow"):
             run = run_policy(
-                w, policy, slot=60, speeds="oracle", seed=1, sigma=0.0, bound=ub.value, timing=True
+                w,
+                policy,
+                slot=60,
+                speeds="oracle",
+                seed=1,
+                sigma=0.0,
+                bound=ub.value,
+                timing=True,
+                overhead=SEED_OVERHEAD,
             )
             met[policy] = run.metrics.met
             say(f"seed.{regime}.{policy}_ratio", f"{run.metrics.ratio:.3f}")

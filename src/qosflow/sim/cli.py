@@ -272,7 +272,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     if not args.no_bound:
         with console.status("computing the upper bound"):
             ub = _bound_of(w, args.bound_time_limit, None if len(w.jobs) > 400 else 1800.0)
-    overhead = args.overhead or ("rescale:30" if args.trace.startswith("seed") else "policy")
+    overhead = args.overhead or ("rescale:5" if args.trace.startswith("seed") else "policy")
     overhead_model(overhead, args.slot)  # validate before the first run
     runs = []
     with Progress(console=console, transient=True) as progress:
@@ -359,7 +359,7 @@ def add_subcommands(sub: Any) -> None:
         "--overhead",
         default=None,
         help="overhead charged to every policy: policy (each its own; default for traces), "
-        "elasticflow, none, rescale[:SECONDS] (default rescale:30 for the seed workload)",
+        "elasticflow, none, rescale[:SECONDS] (default rescale:5 for the CPU seed workload: in-place resize)",
     )
     sim.add_argument("--no-bound", action="store_true", help="skip the upper bound")
     sim.add_argument("--bound-time-limit", type=float, default=30.0)
