@@ -43,7 +43,7 @@ bench: venv
 	@for b in bench/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 demo: venv
-	$(PY) -m qosflow.demo
+	$(PY) -m qosflow_airflow.demo
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
