@@ -18,15 +18,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from qosflow.cluster import JobStatus, Phase
+from qosflow.cluster import Actuator, JobStatus, Phase
 from qosflow.decide import Action, Decision, JobSnapshot, decide, margin_for
 from qosflow.planning import belief_for
 from qosflow.predict import Calibration
-from qosflow.spec import JobSpec
+from qosflow.spec import JobSpec, Unit
 from qosflow.speed import ProgressSample, SpeedModel
 from qosflow_airflow.state import json_safe, samples_to_rows
 
 DONE, FAILED, DECISION = "done", "failed", "decision"
+#: What a rescale costs (seconds of the job's time): an in-place CPU resize only makes the trainer
+#: re-read its CPU set; a checkpoint-restart stops, resubmits, reloads and warms up.
+IN_PLACE_OVERHEAD_S = 5.0
+RESTART_OVERHEAD_S = 30.0
+
+
+def rescale_overhead(cluster: Actuator, unit: Unit) -> float:
+    """The cost of one rescale on this cluster for this unit kind (blocking: may ask the API)."""
+    return IN_PLACE_OVERHEAD_S if cluster.supports_in_place_resize(unit) else RESTART_OVERHEAD_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +95,7 @@ class Watcher:
         hold_s: How long an actionable decision must hold before it is reported.
         end_only: Report only the end of the workflow (the finish step's wait).
         min_samples: Samples at the current size needed before any actionable decision.
+        rescale_overhead_s: What a rescale costs here (see :func:`rescale_overhead`).
     """
 
     spec: JobSpec
@@ -97,6 +107,7 @@ class Watcher:
     hold_s: float = 0.0
     end_only: bool = False
     min_samples: int = 2
+    rescale_overhead_s: float = RESTART_OVERHEAD_S
     samples: list[ProgressSample] = field(default_factory=list)
     held: Decision | None = None
     held_since: float = 0.0
@@ -145,6 +156,7 @@ class Watcher:
             units=status.units,
             queued=status.phase is Phase.PENDING,
             last_rescale_at=self.last_rescale_at,
+            rescale_overhead_s=self.rescale_overhead_s,
         )
         return decide(snap, belief, free_units=free_units)
 

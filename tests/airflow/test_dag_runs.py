@@ -139,8 +139,8 @@ def test_a_under_provisioned_job_scales_up_and_meets_its_deadline(
 
 def test_b_a_job_far_ahead_scales_down_and_still_meets_it(airflow_db, rate, cluster, tmp_path):
     name = _name("ahead")
-    steps = int(rate * 45)  # ~45 s on one CPU, deadline in 4 minutes
-    run, tis = _run(_job(name, steps, "PT240S"), tmp_path, initial_units=2)
+    steps = int(rate * 60)  # ~60 s on one CPU, deadline in 5 minutes
+    run, tis = _run(_job(name, steps, "PT300S"), tmp_path, initial_units=2)
     acts = _acts(tis)
     assert any(a["from"] == 2 and a["to"] == 1 for a in acts), acts
     assert run.state == "success"

@@ -83,7 +83,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
         self.hold_seconds = hold_seconds
         self.end_only = end_only
         self.deferrable = deferrable
-        self._watcher: Watcher | None = None
+        self._poking: tuple[Any, Watcher] | None = None
 
     @cached_property
     def hook(self) -> QosflowArgoHook:
@@ -122,23 +122,31 @@ class DeadlineProgressSensor(BaseSensorOperator):
         self.defer(trigger=self.trigger(context), method_name="execute_complete", timeout=timeout)
         return None  # pragma: no cover - defer raises
 
+    def _poke_setup(self, context: Any) -> tuple[Any, Watcher]:
+        from qosflow_airflow.state import TrainingState
+        from qosflow_airflow.watch import rescale_overhead
+
+        state, rows = self._inputs(context)
+        st = TrainingState.from_dict(state)
+        hold = st.spec.dwell_seconds if self.hold_seconds is None else self.hold_seconds
+        watcher = new_watcher(
+            st,
+            history_url=st.history_url or self.hook.config.history_url,
+            samples=samples_from_rows(rows),
+            hold_s=float(hold),
+            end_only=self.end_only,
+        )
+        cluster = self.hook.get_cluster()
+        watcher.rescale_overhead_s = rescale_overhead(cluster, st.spec.resources.unit)
+        return cluster, watcher
+
     def poke(self, context: Any) -> PokeReturnValue:
         """One poll with the sensor's own watcher (poke mode)."""
         try:
-            if self._watcher is None:
-                state, rows = self._inputs(context)
-                from qosflow_airflow.state import TrainingState
-
-                st = TrainingState.from_dict(state)
-                hold = st.spec.dwell_seconds if self.hold_seconds is None else self.hold_seconds
-                self._watcher = new_watcher(
-                    st,
-                    history_url=st.history_url or self.hook.config.history_url,
-                    samples=samples_from_rows(rows),
-                    hold_s=float(hold),
-                    end_only=self.end_only,
-                )
-            event = poll_once(self.hook.get_cluster(), self._watcher)
+            if self._poking is None:
+                self._poking = self._poke_setup(context)
+            cluster, watcher = self._poking
+            event = poll_once(cluster, watcher)
         except QosflowError as exc:
             raise AirflowException(str(exc)) from exc
         if event is None:

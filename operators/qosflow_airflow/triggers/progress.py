@@ -83,25 +83,30 @@ class DeadlineProgressTrigger(BaseTrigger):
         config = config_from_connection(host=conn.host, password=conn.password, extra=conn.extra)
         return await asyncio.to_thread(cluster_from_config, config), config.history_url
 
-    def watcher(self, history_url: str) -> Watcher:
+    def watcher(self, history_url: str, cluster: Any = None) -> Watcher:
         """A fresh watcher for the state, with the history store's prior (blocking: run in a thread)."""
         state = TrainingState.from_dict(self.state)
         spec = state.spec
         url = state.history_url or history_url
-        return new_watcher(
+        watcher = new_watcher(
             state,
             history_url=url,
             samples=samples_from_rows(self.samples),
             hold_s=spec.dwell_seconds if self.hold_seconds is None else float(self.hold_seconds),
             end_only=self.end_only,
         )
+        if cluster is not None and not self.end_only:
+            from qosflow_airflow.watch import rescale_overhead
+
+            watcher.rescale_overhead_s = rescale_overhead(cluster, spec.resources.unit)
+        return watcher
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll until the watch ends; yield exactly one event."""
         workflow = str(self.state.get("workflow", ""))
         try:
             cluster, history_url = await self.cluster()
-            watcher = await asyncio.to_thread(self.watcher, history_url)
+            watcher = await asyncio.to_thread(self.watcher, history_url, cluster)
         except QosflowError as exc:
             payload = {"status": ERROR, "workflow": workflow, "message": str(exc)}
             yield TriggerEvent(payload)  # type: ignore[no-untyped-call]
