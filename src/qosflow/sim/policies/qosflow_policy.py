@@ -37,7 +37,7 @@ import numpy as np
 
 from qosflow import admission, priority
 from qosflow.decide import BENEFIT_FACTOR, JobSnapshot, decide, minimal_share
-from qosflow.predict import Belief, Calibration, oracle_belief, predict
+from qosflow.predict import Belief, Calibration, calibrate, oracle_belief, predict
 from qosflow.sim.policy import (
     JobView,
     NoOverhead,
@@ -48,6 +48,10 @@ from qosflow.sim.policy import (
 from qosflow.spec import IfNotGuaranteed, JobSpec, Resources
 from qosflow.speed import TableCurve
 
+CALIBRATION_WINDOW = 2000
+"""Most recent (predicted, realised) interval pairs the conformal factor is learnt from."""
+CALIBRATION_MIN_PAIRS = 50
+"""Pairs needed before the learnt factor replaces the core's default (1.15)."""
 _RANK = {klass.name: i for i, klass in enumerate(priority.LADDER)}
 
 
@@ -126,6 +130,8 @@ class QosflowPolicy:
     _rescaled_at: dict[str, float] = field(default_factory=dict)
     max_utilisation: float = 1.0
     _wake: int | None = None
+    _ran: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    _pairs: list[tuple[float, float]] = field(default_factory=list)
 
     def _prepare(self, view: JobView, snap: SlotSnapshot) -> _Job:
         spec = job_spec(
@@ -221,6 +227,7 @@ class QosflowPolicy:
         """Admit arrivals, then size and order every active job (see the module docstring)."""
         live = {v.job_id for v in snap.jobs}
         self._guaranteed &= live
+        self._recalibrate(snap)
         jobs = {v.job_id: self._prepare(v, snap) for v in snap.jobs}
         admitted, rejected, reasons = self._admit(jobs, snap)
         for job_id in admitted:
@@ -231,6 +238,7 @@ class QosflowPolicy:
         for job_id, units in alloc.items():
             if jobs[job_id].view.units not in (0, units):
                 self._rescaled_at[job_id] = float(snap.now)
+        self._ran = {k: (float(snap.now), jobs[k].view.done, u) for k, u in alloc.items() if u > 0}
         for gone in set(self._classes) - live:
             self._classes.pop(gone, None)
             self._rescaled_at.pop(gone, None)
@@ -241,6 +249,26 @@ class QosflowPolicy:
             admitted=tuple(admitted),
             reasons=reasons,
         )
+
+    def _recalibrate(self, snap: SlotSnapshot) -> None:
+        """Learned speeds: conformal factor from (predicted, realised) seconds of past intervals.
+
+        Every job that ran a whole interval at one size gives one pair: the seconds the believed
+        median speed predicted for the steps it did, and the seconds it took (overheads included).
+        :func:`qosflow.predict.calibrate` turns the recent pairs into the inflation factor.
+        """
+        if self.calibration is None:
+            return
+        for view in snap.jobs:
+            last = self._ran.get(view.job_id)
+            if last is None or view.done <= last[1]:
+                continue
+            x = view.speeds.get(last[2], 0.0)
+            if x > 0:
+                self._pairs.append(((view.done - last[1]) / x, float(snap.now) - last[0]))
+        del self._pairs[: max(len(self._pairs) - CALIBRATION_WINDOW, 0)]
+        if len(self._pairs) >= CALIBRATION_MIN_PAIRS:
+            self.calibration = calibrate(self._pairs)
 
     def _reserved(self, jobs: list[_Job], snap: SlotSnapshot) -> tuple[dict[str, int], int | None]:
         """Units the guarantees' backward-fill plan needs now, and when that plan next changes.
