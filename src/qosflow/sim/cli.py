@@ -83,7 +83,8 @@ def load_workload(trace: str, cluster: str | None, gpu_type: str, seed: int) -> 
         )
         w = dataclasses.replace(w, nodes=shape.nodes, cores_per_node=shape.gpus_per_node)
         jobs = generate(w, np.random.default_rng(seed))
-        return Workload(jobs, seed_table(w), shape, f"seed-paper CPU workload {trace}")
+        knobs_text = ", ".join(f"{k}={v:g}" for k, v in knobs.items()) or "defaults"
+        return Workload(jobs, seed_table(w), shape, f"seed-paper CPU workload ({knobs_text})")
     table = load_throughputs(Path(gpu_type) if Path(gpu_type).is_dir() else gpu_type)
     jobs = load_trace(trace, table)
     shape = ClusterShape.parse(cluster or "16x8")

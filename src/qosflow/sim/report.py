@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import math
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +122,7 @@ def plot_satisfaction(
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("policy")
     ax.set_ylabel("deadline satisfaction ratio")
-    ax.set_title(title)
+    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": None})
@@ -148,7 +149,7 @@ def plot_lateness(runs: Sequence[PolicyRun], path: Path, title: str) -> None:
     ax.axvline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("finish − deadline (hours; < 0 is on time)")
     ax.set_ylabel("share of finished deadline jobs")
-    ax.set_title(title)
+    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": None})
@@ -173,7 +174,7 @@ def plot_utilisation(runs: Sequence[PolicyRun], capacity: int, path: Path, title
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("time since first arrival (hours)")
     ax.set_ylabel("units in use / capacity")
-    ax.set_title(title)
+    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": None})

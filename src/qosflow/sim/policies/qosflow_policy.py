@@ -116,7 +116,9 @@ class QosflowPolicy:
         margin_s: Absolute safety margin (the core adds 5 % of the time left).
         dwell_s: Minimum time between two rescales of a job.
         rescale_overhead_s: Rescale cost the core's predictions assume.
-        calibration: ``None`` for oracle speeds; else the conformal inflation of learned speeds.
+        calibration: ``None`` for oracle speeds; else the conformal inflation of learned speeds
+            (re-learnt online from realised progress).
+        max_utilisation: Share of the capacity admission's energy test may count on.
     """
 
     name: str = "qosflow"
@@ -125,10 +127,10 @@ class QosflowPolicy:
     dwell_s: float = 600.0
     rescale_overhead_s: float = 30.0
     calibration: Calibration | None = None
+    max_utilisation: float = 1.0
     _guaranteed: set[str] = field(default_factory=set)
     _classes: dict[str, str] = field(default_factory=dict)
     _rescaled_at: dict[str, float] = field(default_factory=dict)
-    max_utilisation: float = 1.0
     _wake: int | None = None
     _ran: dict[str, tuple[float, float, int]] = field(default_factory=dict)
     _pairs: list[tuple[float, float]] = field(default_factory=list)
