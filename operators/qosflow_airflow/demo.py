@@ -42,45 +42,36 @@ def _prepare_airflow(home: Path) -> None:
     )
 
 
-def trainer_rate(width: int, seconds: float = 8.0) -> float:
-    """Steps per second of the reference trainer on one CPU of this machine."""
+def trainer_rate(width: int, seconds: float = 8.0, cpus: int = 1) -> float:
+    """Steps per second of the reference trainer on ``cpus`` CPUs of this machine, right now."""
+    cores = sorted(os.sched_getaffinity(0))[:cpus]
     with tempfile.TemporaryDirectory() as tmp:
         progress = Path(tmp) / "progress"
         cmd = [
-            sys.executable,
-            "-m",
-            "qosflow.trainer",
-            "--total-steps",
-            "100000",
-            "--width",
-            str(width),
-            "--checkpoint-every",
-            "0",
-            "--checkpoint-dir",
-            tmp,
-            "--progress-file",
-            str(progress),
-        ]
+            sys.executable, "-m", "qosflow.trainer", "--total-steps", "100000",
+            "--width", str(width), "--checkpoint-every", "0",
+            "--checkpoint-dir", tmp, "--progress-file", str(progress),
+        ]  # fmt: skip
         proc = subprocess.Popen(
             cmd,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+            preexec_fn=lambda: os.sched_setaffinity(0, cores),
         )
+        steps: list[tuple[float, int]] = []
         try:
-            steps: list[tuple[float, int]] = []
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 time.sleep(0.5)
-                text = progress.read_text().strip().splitlines() if progress.exists() else []
-                if text:
-                    steps.append((time.monotonic(), int(text[-1].split("/")[0])))
+                lines = progress.read_text().split() if progress.exists() else []
+                if lines and "/" in lines[-1]:
+                    steps.append((time.monotonic(), int(lines[-1].split("/")[0])))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
     warm = steps[len(steps) // 3 :]
     if len(warm) < 2 or warm[-1][1] <= warm[0][1]:
-        return 1.0
+        return 0.0
     return (warm[-1][1] - warm[0][1]) / (warm[-1][0] - warm[0][0])
 
 
@@ -141,7 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     from qosflow.local.cluster import LocalCluster
     from qosflow_argo import ArgoCluster
 
-    rate = trainer_rate(args.width)
+    rate = trainer_rate(args.width) or 1.0
+    speedup = trainer_rate(args.width, cpus=2) / rate
+    if speedup < 1.2:
+        print(
+            f"warning: 2 CPUs run the trainer only {speedup:.2f}x faster than 1 on this machine "
+            "right now (busy?); scaling up may not be enough to meet the deadline"
+        )
     steps = max(60, int(rate * args.deadline_s * 1.25))
     print(
         f"trainer: {rate:.2f} steps/s on 1 CPU → {steps} steps "
