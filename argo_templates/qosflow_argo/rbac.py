@@ -37,19 +37,14 @@ def _account(name: str, namespace: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, namespace)}
 
 
-def _binding(kind: str, name: str, namespace: str, role_kind: str) -> dict[str, Any]:
+def _binding(kind: str, name: str, namespace: str, role_kind: str, account: str) -> dict[str, Any]:
+    """A (Cluster)RoleBinding of role ``name`` to exactly the ServiceAccount ``account``."""
     return {
         "apiVersion": _RBAC,
         "kind": kind,
         "metadata": _meta(name, namespace if kind == "RoleBinding" else None),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name},
-        "subjects": [
-            {
-                "kind": "ServiceAccount",
-                "name": CLIENT_ACCOUNT if name.startswith(CLIENT_ACCOUNT + "-") else name,
-                "namespace": namespace,
-            }
-        ],
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
     }
 
 
@@ -85,10 +80,10 @@ def rbac(namespace: str = NAMESPACE) -> list[dict[str, Any]]:
     return [
         _account(CLIENT_ACCOUNT, namespace),
         client_role,
-        _binding("RoleBinding", CLIENT_ACCOUNT, namespace, "Role"),
+        _binding("RoleBinding", CLIENT_ACCOUNT, namespace, "Role", CLIENT_ACCOUNT),
         _account(EXECUTOR_ACCOUNT, namespace),
         executor_role,
-        _binding("RoleBinding", EXECUTOR_ACCOUNT, namespace, "Role"),
+        _binding("RoleBinding", EXECUTOR_ACCOUNT, namespace, "Role", EXECUTOR_ACCOUNT),
         cluster_role,
-        _binding("ClusterRoleBinding", capacity, namespace, "ClusterRole"),
+        _binding("ClusterRoleBinding", capacity, namespace, "ClusterRole", CLIENT_ACCOUNT),
     ]

@@ -144,6 +144,45 @@ def test_rbac_is_least_privilege() -> None:
     assert all(not {"delete", "patch"} & set(r["verbs"]) for r in cluster)
 
 
+def test_every_binding_binds_exactly_the_account_that_needs_the_role() -> None:
+    docs = rbac()
+    accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    bindings = {
+        (d["kind"], d["roleRef"]["kind"], d["roleRef"]["name"]): d["subjects"]
+        for d in docs
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+    }
+
+    def subject(name: str) -> list[dict[str, str]]:
+        return [{"kind": "ServiceAccount", "name": name, "namespace": manifests.NAMESPACE}]
+
+    # the training pods run as the executor account: it alone reports workflowtaskresults
+    template = manifests.workflow_template()["spec"]
+    assert template["serviceAccountName"] == manifests.EXECUTOR_ACCOUNT
+    assert bindings == {
+        ("RoleBinding", "Role", "qosflow-executor"): subject(manifests.EXECUTOR_ACCOUNT),
+        ("RoleBinding", "Role", "qosflow"): subject(manifests.CLIENT_ACCOUNT),
+        ("ClusterRoleBinding", "ClusterRole", "qosflow-capacity"): subject(
+            manifests.CLIENT_ACCOUNT
+        ),
+    }
+    assert {s[0]["name"] for s in bindings.values()} == accounts
+    # the committed YAML binds the same subjects
+    committed = list(yaml.safe_load_all((ROOT / "rbac.yaml").read_text()))
+    assert [d for d in committed if d["kind"].endswith("Binding")] == [
+        d for d in docs if d["kind"].endswith("Binding")
+    ]
+    # another namespace moves the subjects with it
+    other = {
+        d["metadata"]["name"]: d["subjects"][0] for d in rbac("ml") if d["kind"].endswith("Binding")
+    }
+    assert other["qosflow-executor"] == {
+        "kind": "ServiceAccount",
+        "name": "qosflow-executor",
+        "namespace": "ml",
+    }
+
+
 def test_segment_workflow_references_the_template_with_its_arguments() -> None:
     wf = manifests.workflow(request(), namespace="ml", now=1_799_990_000.0, grace_s=600)
     check_manifest(wf)
