@@ -1,18 +1,21 @@
 # qosflow — the two commands are `make demo` and `make test` (see README.md).
 SHELL := /bin/bash
-UV ?= $(shell command -v uv 2>/dev/null || echo $(HOME)/.local/bin/uv)
 VENV := .venv
 PY := $(VENV)/bin/python
 export UV_LINK_MODE ?= copy
+# uv from PATH, else the copy bootstrapped into .uv/ (a private venv: no system packages touched).
+UV = $$(command -v uv || echo .uv/bin/uv)
 
-.PHONY: demo test lint typecheck contracts pytest pytest-k8s36 bench venv uv clean render
+.PHONY: demo test lint typecheck contracts pytest pytest-k8s36 bench venv uv clean
 
 uv:
-	@command -v uv >/dev/null 2>&1 || [ -x "$(HOME)/.local/bin/uv" ] || \
-	  (echo "bootstrapping uv from PyPI" && python3 -m pip install --quiet --user uv 2>/dev/null || python3 -m pip install --quiet uv)
+	@command -v uv >/dev/null 2>&1 || [ -x .uv/bin/uv ] || { \
+	  echo "bootstrapping uv from PyPI into .uv/"; \
+	  python3 -m venv .uv && .uv/bin/python -m pip install --quiet --disable-pip-version-check uv; \
+	} || { echo "error: could not bootstrap uv (needs python3 with venv/ensurepip and PyPI)" >&2; exit 1; }
 
 venv: uv
-	@UV=$$(command -v uv || echo $(HOME)/.local/bin/uv); $$UV sync --frozen --all-extras --quiet
+	@$(UV) sync --frozen --all-extras --quiet
 
 lint: venv
 	$(VENV)/bin/ruff check src operators argo_templates dags bench tests
@@ -30,10 +33,10 @@ pytest: venv
 # The Argo client must work with kubernetes client 36 (what cncf-kubernetes pins) and 37 (our lock):
 # re-run the client, contract and fault suites with 36.0.3 layered over the locked environment.
 pytest-k8s36: venv
-	@UV=$$(command -v uv || echo $(HOME)/.local/bin/uv); $$UV run --frozen --all-extras --quiet \
+	@$(UV) run --frozen --all-extras --quiet \
 	  --with 'kubernetes==36.0.3' python -c "import kubernetes, sys; print('kubernetes client', \
 	  kubernetes.__version__); sys.exit(not kubernetes.__version__.startswith('36.'))" && \
-	$$UV run --frozen --all-extras --quiet \
+	$(UV) run --frozen --all-extras --quiet \
 	  --with 'kubernetes==36.0.3' python -m pytest -q -p no:cacheprovider \
 	  tests/argo/test_client.py tests/argo/test_contract.py tests/argo/test_faults.py
 
@@ -46,4 +49,4 @@ demo: venv
 	$(PY) -m qosflow_airflow.demo
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .uv .mypy_cache .ruff_cache .pytest_cache

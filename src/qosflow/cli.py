@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import csv
 import importlib
+import math
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from rich.console import Console
 from rich.table import Table
@@ -98,6 +99,9 @@ def _plan(args: argparse.Namespace) -> int:
         result.priority_class,
     )
     console.print(table)
+    if not result.schedule:
+        console.print("no schedule yet: it is derived from the measured speed")
+        return 0
     sched = Table(title="deadline-derived schedule (steps that must be done by then)")
     sched.add_column("time")
     sched.add_column("steps", justify="right")
@@ -122,7 +126,12 @@ def _read_progress(path: Path, job: JobSpec) -> list[tuple[float, int, int]]:
                 f"header must have columns time, steps, units (missing {sorted(missing)})",
             )
         for line, row in enumerate(reader, start=2):
-            rows.append(_progress_row(path, line, row, job))
+            when, steps, units = _progress_row(path, line, row, job)
+            if rows and when < rows[-1][0]:
+                raise SpecError(
+                    f"{path}:{line}:time", f"must not go back in time (got {row['time']!r})"
+                )
+            rows.append((when, steps, units))
     if not rows:
         raise SpecError(str(path), "has no progress rows")
     return rows
@@ -151,6 +160,8 @@ def _progress_row(
             raise SpecError(
                 f"{where}:{column}", f"must be an integer (got {row[column]!r})"
             ) from None
+    if not math.isfinite(when):
+        raise SpecError(f"{where}:time", f"must be a finite number (got {text!r})")
     if values[0] < 0 or values[1] < 1:
         raise SpecError(where, f"steps must be >= 0 and units >= 1 (got {values[0]}, {values[1]})")
     return when, values[0], values[1]
@@ -159,6 +170,10 @@ def _progress_row(
 def _replay(args: argparse.Namespace) -> int:
     from qosflow.planning import replay_progress
 
+    if args.free_units < 0 or args.every < 1:
+        raise SpecError(
+            "--free-units/--every", f"must be >= 0 and >= 1 (got {args.free_units}, {args.every})"
+        )
     job = load_job(args.job, now=_parse_now(args.now))
     rows = _read_progress(Path(args.progress), job)
     console = Console(width=max(Console().width, 120))
@@ -198,12 +213,20 @@ def _argo_render(args: argparse.Namespace) -> int:
     return code
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one ``error:`` line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``error: <prog>: <message>`` on stderr and exit 2 (no usage block)."""
+        self.exit(2, f"error: {self.prog}: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Build the argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="qosflow", description="Deadline-driven training: plan, replay, simulate."
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     plan = sub.add_parser(
         "plan", help="admission verdict, initial size, finish times and schedule of a job"

@@ -357,6 +357,12 @@ def decide(snap: JobSnapshot, belief: Belief, *, free_units: int) -> Decision:
     if not math.isfinite(spec.deadline):
         reason = f"best-effort job without a deadline; {_finish_words(here, snap)}"
         return _decision(Action.ON_TRACK, here, reason, snap, margin)
+    if not any(math.isfinite(belief.median.step_time(n)) for n in belief.levels):
+        reason = (
+            f"measuring: no steady progress window yet at {snap.units} units, so no size can be "
+            "promised; no rescale on a blind guess"
+        )
+        return _decision(Action.ON_TRACK, here, reason, snap, margin)
     need = minimal_share(belief, snap)
     if need is None and snap.units < belief.probe_limit < belief.knee:
         return _grow(snap, belief, margin, None, free_units)  # unexplored sizes may make it

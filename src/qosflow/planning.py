@@ -103,7 +103,16 @@ def plan_job(
     """
     belief = belief_for(job, samples, prior=prior, calibration=calibration)
     cand = candidate(job, belief, steps_done=0, now=now)
-    if all(math.isinf(t) for t in cand.step_time):
+    unknown = all(math.isinf(t) for t in cand.step_time)
+    if unknown and job.if_not_guaranteed == "reject":
+        verdict = Verdict(
+            "rejected",
+            0,
+            f"no speed is known for {job.key} (no history, no progress, no step_seconds_estimate), "
+            "so its deadline cannot be guaranteed and its spec says if_not_guaranteed: reject",
+            None,
+        )
+    elif unknown:
         verdict = Verdict(
             "best_effort",
             job.resources.min,
@@ -139,15 +148,19 @@ def plan_job(
     klass = classify(
         lax, guaranteed=verdict.kind == "guaranteed", hopeless=verdict.kind == "rejected"
     )
-    plan_schedule = schedule(
-        belief,
-        start=now,
-        steps_done=0,
-        total_steps=job.total_steps,
-        units=units,
-        deadline=job.deadline,
-        margin=margin_for(job, now),
-        points=12,
+    plan_schedule = (
+        []
+        if unknown
+        else schedule(
+            belief,
+            start=now,
+            steps_done=0,
+            total_steps=job.total_steps,
+            units=units,
+            deadline=job.deadline,
+            margin=margin_for(job, now),
+            points=12,
+        )
     )
     return Plan(
         job=job.name,

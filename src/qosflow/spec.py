@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from qosflow.errors import SpecError
 
@@ -194,22 +194,27 @@ class ResourcesModel(_Strict):
             raise ValueError(f"must be > 0 (got {value!r})")
         return value
 
-    @model_validator(mode="after")
-    def _range(self) -> ResourcesModel:
-        if self.max < self.min:
-            raise ValueError(f"max must be >= min (got min={self.min}, max={self.max})")
-        if self.levels is not None:
-            _check_levels(self.levels, self.min, self.max)
-        return self
+    @field_validator("max")
+    @classmethod
+    def _max_at_least_min(cls, value: int, info: ValidationInfo) -> int:
+        low = info.data.get("min")
+        if low is not None and value < low:
+            raise ValueError(f"must be >= min (got min={low}, max={value})")
+        return value
 
-
-def _check_levels(levels: list[int], lo: int, hi: int) -> None:
-    if not levels:
-        raise ValueError("levels must not be empty")
-    if any(b <= a for a, b in itertools.pairwise(levels)):
-        raise ValueError(f"levels must be strictly ascending (got {levels})")
-    if levels[0] < lo or levels[-1] > hi:
-        raise ValueError(f"levels must lie within [min, max] = [{lo}, {hi}] (got {levels})")
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, value: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("must not be empty")
+        if any(b <= a for a, b in itertools.pairwise(value)):
+            raise ValueError(f"must be strictly ascending (got {value})")
+        low, high = info.data.get("min"), info.data.get("max")
+        if low is not None and high is not None and (value[0] < low or value[-1] > high):
+            raise ValueError(f"must lie within [min, max] = [{low}, {high}] (got {value})")
+        return value
 
 
 class JobModel(_Strict):

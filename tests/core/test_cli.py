@@ -125,3 +125,51 @@ def test_bad_progress_row_names_file_line_and_column(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: {bad}:3:steps: must be an integer")
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ("time,steps,units\n10,5,1\nnan,6,1\n", ":3:time: must be a finite number"),
+        ("time,steps,units\n10,5,1\n5,6,1\n", ":3:time: must not go back in time"),
+        ("time,steps,units\n10,5,0\n", ":2: steps must be >= 0 and units >= 1"),
+        ("when,steps\n1,2\n", ":1: header must have columns time, steps, units"),
+    ],
+)
+def test_bad_progress_logs_are_refused(
+    tmp_path: Path, body: str, needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "progress.csv"
+    bad.write_text(body)
+    assert main(["replay", str(EXAMPLES / "ctr-nightly.yaml"), str(bad), "--now", NOW]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and needle in err
+
+
+def test_unknown_speed_with_hard_reject_policy_is_rejected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = (EXAMPLES / "ctr-nightly.yaml").read_text()
+    spec = spec.replace("step_seconds_estimate", "# step_seconds_estimate").replace(
+        "run_best_effort", "reject"
+    )
+    (tmp_path / "job.yaml").write_text(spec)
+    assert main(["plan", str(tmp_path / "job.yaml"), "--cluster", "4x8", "--now", NOW]) == 0
+    out = capsys.readouterr().out
+    assert "rejected" in out and "if_not_guaranteed: reject" in out
+    assert "no schedule yet" in out
+
+
+def test_replay_without_steady_progress_is_measuring_not_at_risk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = (
+        (EXAMPLES / "ctr-nightly.yaml")
+        .read_text()
+        .replace("step_seconds_estimate", "# step_seconds_estimate")
+    )
+    (tmp_path / "job.yaml").write_text(spec)
+    (tmp_path / "p.csv").write_text("time,steps,units\n5,2,1\n")
+    assert main(["replay", str(tmp_path / "job.yaml"), str(tmp_path / "p.csv"), "--now", NOW]) == 0
+    out = capsys.readouterr().out
+    assert "on_track" in out and "measuring" in out and "at_risk" not in out

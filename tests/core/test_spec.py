@@ -71,10 +71,10 @@ MALFORMED: list[tuple[dict[str, Any], str, str]] = [
     (with_("resources.max", 0), "resources.max", ">= 1"),
     (with_("resources.max", _DELETE), "resources.max", "is required"),
     (with_("resources.unit", "tpu"), "resources.unit", "one of"),
-    (with_("resources.levels", [16, 8]), "resources", "strictly ascending"),
-    (with_("resources.levels", [1, 2, 32]), "resources", "within [min, max]"),
-    (with_("resources.levels", []), "resources", "must not be empty"),
-    (with_("resources.levels", [2, 2]), "resources", "strictly ascending"),
+    (with_("resources.levels", [16, 8]), "resources.levels", "strictly ascending"),
+    (with_("resources.levels", [1, 2, 32]), "resources.levels", "within [min, max]"),
+    (with_("resources.levels", []), "resources.levels", "must not be empty"),
+    (with_("resources.levels", [2, 2]), "resources.levels", "strictly ascending"),
     (with_("resources.levels", "1,2,4"), "resources.levels", "list"),
     (with_("resources.per_node", 0), "resources.per_node", ">= 1"),
     (
@@ -97,8 +97,8 @@ MALFORMED: list[tuple[dict[str, Any], str, str]] = [
 MALFORMED.append(
     (
         {**GOOD, "resources": {**GOOD["resources"], "min": 4, "max": 2, "levels": None}},
-        "resources",
-        "max must be >= min",
+        "resources.max",
+        "must be >= min (got min=4, max=2)",
     )
 )
 
