@@ -18,10 +18,9 @@ from jsonschema import Draft4Validator, Draft202012Validator
 from referencing import Registry, Resource
 
 from qosflow.local import LocalCluster, Script, ScriptedRunner, VirtualClock
+from qosflow.trace import shared_dir
 
-SCHEMAS = Path("/work/shared/schemas/argo")
-if not SCHEMAS.exists():
-    SCHEMAS = Path(__file__).resolve().parents[3] / "shared" / "schemas" / "argo"
+SCHEMAS = shared_dir() / "schemas" / "argo"
 NS = "qosflow"
 
 
