@@ -21,3 +21,17 @@ def test_core_never_imports_airflow_hera_or_kubernetes() -> None:
             offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] in FORBIDDEN]
     assert offenders == []
     assert len(list(CORE.rglob("*.py"))) >= 3
+
+
+def test_the_cli_loads_no_airflow_hera_or_kubernetes() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, qosflow.cli; qosflow.cli.build_parser(); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'airflow', 'hera', 'kubernetes'}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

@@ -74,6 +74,7 @@ predictions_table = Table(
     Column("key", String(253), nullable=False, index=True),
     Column("predicted", Float, nullable=False),
     Column("realised", Float, nullable=False),
+    UniqueConstraint("key", "predicted", "realised", name="uq_qosflow_prediction"),
 )
 
 
@@ -158,21 +159,21 @@ class HistoryStore:
         if not rows:
             return
         with self._tx() as conn:
-            conn.execute(self._insert_ignoring_duplicates(conn), rows)
+            conn.execute(self._insert_ignoring_duplicates(conn, samples_table), rows)
 
-    def _insert_ignoring_duplicates(self, conn: Connection) -> Any:
+    def _insert_ignoring_duplicates(self, conn: Connection, table: Table) -> Any:
         name = conn.dialect.name
         if name == "sqlite":
             from sqlalchemy.dialects import sqlite
 
-            return sqlite.insert(samples_table).on_conflict_do_nothing()
+            return sqlite.insert(table).on_conflict_do_nothing()
         if name == "postgresql":
             from sqlalchemy.dialects import postgresql
 
-            return postgresql.insert(samples_table).on_conflict_do_nothing()
+            return postgresql.insert(table).on_conflict_do_nothing()
         if name in ("mysql", "mariadb"):
-            return insert(samples_table).prefix_with("IGNORE")
-        return insert(samples_table)
+            return insert(table).prefix_with("IGNORE")
+        return insert(table)
 
     def samples(self, key: str, unit: str, *, limit: int = 5000) -> list[ProgressSample]:
         """The newest ``limit`` samples of ``key`` on ``unit``, in the order they were recorded.
@@ -204,10 +205,13 @@ class HistoryStore:
     def record_prediction(
         self, key: str, predicted_remaining: float, realised_remaining: float
     ) -> None:
-        """Log one (predicted remaining s, realised remaining s) pair for conformal calibration."""
+        """Log one (predicted remaining s, realised remaining s) pair for conformal calibration.
+
+        Recording the same pair twice (a retried task) stores it once.
+        """
         row = {"key": key, "predicted": predicted_remaining, "realised": realised_remaining}
         with self._tx() as conn:
-            conn.execute(insert(predictions_table), [row])
+            conn.execute(self._insert_ignoring_duplicates(conn, predictions_table), [row])
 
     def predictions(self, key: str, *, limit: int = 5000) -> list[tuple[float, float]]:
         """The newest ``limit`` (predicted, realised) pairs of ``key``, oldest first."""

@@ -128,3 +128,11 @@ def test_two_writer_processes_lose_no_row(tmp_path: Path) -> None:
         ProgressSample(float(WRITES * BATCH - 3 + j), WRITES * BATCH - 3 + j, 2 + j)
         for j in range(3)
     ]
+
+
+def test_a_retried_prediction_record_is_stored_once(tmp_path: Path) -> None:
+    store = HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
+    store.record_prediction("job", 100.0, 110.0)
+    store.record_prediction("job", 100.0, 110.0)
+    store.record_prediction("job", 100.0, 120.0)
+    assert store.predictions("job") == [(100.0, 110.0), (100.0, 120.0)]
