@@ -22,6 +22,7 @@ from typing import Any
 import requests
 
 from qosflow.cluster import (
+    ANNOTATION_DEADLINE,
     LABEL_JOB,
     LABEL_MANAGED,
     LABEL_SEGMENT,
@@ -42,6 +43,7 @@ from qosflow_argo.kube import KubeApi, api_client_from_kubeconfig, api_client_fr
 from qosflow_argo.retry import Retrier, RetryPolicy
 from qosflow_argo.workflow_status import (
     WORKFLOW_LABEL,
+    arguments,
     job_status,
     main_container,
     phase_of,
@@ -224,11 +226,17 @@ class ArgoCluster:
     # ------------------------------------------------------------------ Actuator
 
     def submit(self, request: SubmitRequest) -> JobStatus:
-        """Create the segment's workflow, or return it when it already exists (never a second).
+        """Create the segment's workflow, or return it when this very submit already made it.
+
+        On 409 AlreadyExists the existing workflow is adopted only when it is a genuine retry of
+        the same submit: same job and segment labels, same deadline annotation, same submitted
+        units and total steps. A job name reused on another run (a new deadline) is refused, so
+        yesterday's workflow is never taken for today's, and no second workflow is created.
 
         Raises:
             SpecError: The request makes an invalid manifest (nothing was sent).
-            ClusterError: The server refused; or the name belongs to another job.
+            ClusterError: The server refused; or the name belongs to another job or another run
+                of it (status 409, not retryable).
         """
         manifest = manifests.workflow(
             request,
@@ -244,16 +252,10 @@ class ArgoCluster:
             if exc.status != 409:
                 raise
             existing = self.argo.get_workflow(request.name)
-            labels = existing.get("metadata", {}).get("labels") or {}
-            if labels.get(LABEL_JOB) != request.job or labels.get(LABEL_SEGMENT) != str(
-                request.segment
-            ):
-                raise ClusterError(
-                    f"workflow {request.name} exists but is not segment {request.segment} "
-                    f"of job {request.job}",
-                    status=409,
-                ) from None
-            log.info("submit %s: already exists, returning it", request.name)
+            _check_same_submit(existing, manifest, request)
+            log.info(
+                "submit %s: already exists (a retry of the same submit), adopting it", request.name
+            )
             return self._status(existing)
         log.info("submitted %s (%d %s)", request.name, request.units, request.unit)
         return job_status(created)
@@ -360,6 +362,45 @@ class ArgoCluster:
             Object name → ``created`` | ``updated`` | ``unchanged``.
         """
         return Installer(self.argo, self.kube).ensure(self.namespace, self.template)
+
+
+_SAME_SUBMIT = ("units", "steps")
+
+
+def _check_same_submit(
+    existing: dict[str, Any], manifest: dict[str, Any], request: SubmitRequest
+) -> None:
+    """Raise unless ``existing`` is the workflow ``manifest`` would create (a retried submit).
+
+    Raises:
+        ClusterError: Status 409, not retryable, naming the workflow and what differs.
+    """
+    meta = existing.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(LABEL_JOB) != request.job or labels.get(LABEL_SEGMENT) != str(request.segment):
+        raise ClusterError(
+            f"workflow {request.name} exists but is not segment {request.segment} "
+            f"of job {request.job}",
+            status=409,
+        )
+    have = (meta.get("annotations") or {}).get(ANNOTATION_DEADLINE, "<missing>")
+    want = manifest["metadata"]["annotations"][ANNOTATION_DEADLINE]
+    if have != want:
+        raise ClusterError(
+            f"workflow {request.name} already exists for another run of job {request.job}: "
+            f"its deadline is {have}, this submit's is {want}; use a new job name per run "
+            "(or delete the old workflow)",
+            status=409,
+        )
+    have_args, want_args = arguments(existing), arguments(manifest)
+    differ = [k for k in _SAME_SUBMIT if have_args.get(k) != want_args.get(k)]
+    if differ:
+        shown = ", ".join(f"{k} {have_args.get(k)} != {want_args.get(k)}" for k in differ)
+        raise ClusterError(
+            f"workflow {request.name} already exists with other arguments ({shown}; deadline "
+            f"{have}): it is not a retry of this submit",
+            status=409,
+        )
 
 
 def resize_body(container: str, units: int) -> dict[str, Any]:

@@ -146,7 +146,8 @@ def memory_for(memory_per_unit: str, units: int) -> str:
     return f"{total:f}{match['suffix']}"
 
 
-def _deadline_text(deadline: float) -> str:
+def deadline_text(deadline: float) -> str:
+    """The ``qosflow.dev/deadline`` annotation: RFC 3339 UTC, or ``none`` for best effort."""
     if not math.isfinite(deadline):
         return "none"
     return datetime.fromtimestamp(deadline, tz=UTC).isoformat().replace("+00:00", "Z")
@@ -210,7 +211,7 @@ def workflow(
             LABEL_UNIT: request.unit,
         },
         annotations={
-            ANNOTATION_DEADLINE: _deadline_text(deadline),
+            ANNOTATION_DEADLINE: deadline_text(deadline),
             ANNOTATION_PLAN: request.plan,
             ANNOTATION_UNITS: str(request.units),
         },

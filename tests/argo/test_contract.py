@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -58,6 +59,30 @@ def test_submit_twice_gives_one_workflow(target: Target) -> None:
     b = cluster.submit(req)
     assert a.name == b.name == req.name
     assert [s.name for s in cluster.list_jobs(req.job)] == [req.name]
+
+
+def test_a_reused_job_name_with_another_deadline_is_refused_not_adopted(target: Target) -> None:
+    # the same job name on another night: same workflow name, new deadline
+    cluster = target.cluster
+    yesterday = target.request("nightly")
+    cluster.submit(yesterday)
+    tonight = replace(yesterday, deadline=yesterday.deadline + 86_400)
+    with pytest.raises(ClusterError) as err:
+        cluster.submit(tonight)
+    assert err.value.status == 409 and not err.value.retryable
+    text = str(err.value)
+    assert yesterday.name in text
+    assert manifests.deadline_text(yesterday.deadline) in text
+    assert manifests.deadline_text(tonight.deadline) in text
+    assert [s.name for s in cluster.list_jobs(yesterday.job)] == [yesterday.name]
+    # other sizes or step counts are a different submit too
+    for other in (replace(yesterday, units=2), replace(yesterday, total_steps=21)):
+        with pytest.raises(ClusterError, match=yesterday.name) as again:
+            cluster.submit(other)
+        assert again.value.status == 409 and not again.value.retryable
+    # a genuine retry of the same submit is adopted: still exactly one workflow
+    assert cluster.submit(yesterday).name == yesterday.name
+    assert len(cluster.list_jobs(yesterday.job)) == 1
 
 
 def test_name_taken_by_a_foreign_workflow_is_refused(target: Target) -> None:
