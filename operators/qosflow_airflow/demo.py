@@ -29,9 +29,11 @@ DAGS = Path(__file__).resolve().parents[2] / "dags"
 DEADLINE_S = 180.0
 
 
-def _prepare_airflow(home: Path) -> None:
+def _prepare_airflow(home: Path, *, verbose: bool) -> None:
     """Environment first (before ``import airflow``), then ``airflow db migrate``."""
     home.mkdir(parents=True, exist_ok=True)
+    if not verbose:  # Airflow's task logs still go to the log files under AIRFLOW_HOME
+        os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "ERROR")
     os.environ["AIRFLOW_HOME"] = str(home)
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
@@ -126,9 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=512, help="trainer width (step cost)")
     parser.add_argument("--deadline-s", type=float, default=DEADLINE_S)
+    parser.add_argument("--verbose", action="store_true", help="show Airflow's own logs")
     args = parser.parse_args(argv)
     started = time.monotonic()
-    _prepare_airflow(ROOT / "airflow")
+    _prepare_airflow(ROOT / "airflow", verbose=args.verbose)
     from qosflow.local.cluster import LocalCluster
     from qosflow_argo import ArgoCluster
 
