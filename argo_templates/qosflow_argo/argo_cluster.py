@@ -40,6 +40,7 @@ from qosflow_argo.capacity import free_capacity
 from qosflow_argo.contract import check_manifest
 from qosflow_argo.installer import Installer
 from qosflow_argo.kube import KubeApi, api_client_from_kubeconfig, api_client_from_url
+from qosflow_argo.resize import MEMORY_SHRINK_VERSION, resize_body, resize_memory
 from qosflow_argo.retry import Retrier, RetryPolicy
 from qosflow_argo.workflow_status import (
     WORKFLOW_LABEL,
@@ -132,7 +133,7 @@ class ArgoCluster:
             else:
                 api_client = api_client_from_kubeconfig(kubeconfig, kube_context)
         self.kube = KubeApi(api_client, namespace=namespace, retrier=self.retrier)
-        self._resize_supported: bool | None = None
+        self._server_version: tuple[int, int] | None = None
 
     @classmethod
     def from_local(cls, local: Any, **kwargs: Any) -> ArgoCluster:
@@ -291,19 +292,25 @@ class ArgoCluster:
                 )
             self._sleep(self.poll_s)
 
+    def server_version(self) -> tuple[int, int]:
+        """(major, minor) of the Kubernetes API server, asked once; ``(0, 0)`` when unknown."""
+        if self._server_version is None:
+            try:
+                self._server_version = self.kube.server_version()
+            except NotFoundError:
+                self._server_version = (0, 0)
+        return self._server_version
+
     def supports_in_place_resize(self, unit: Unit) -> bool:
         """CPU only, on Kubernetes 1.33+ (the ``pods/resize`` subresource)."""
-        if unit != "cpu":
-            return False
-        if self._resize_supported is None:
-            try:
-                self._resize_supported = self.kube.server_version() >= (1, 33)
-            except NotFoundError:
-                self._resize_supported = False
-        return self._resize_supported
+        return unit == "cpu" and self.server_version() >= (1, 33)
 
     def resize(self, name: str, units: int) -> ResizeResult:
         """Change the running pod's CPUs in place; report Done, InProgress, Deferred, Infeasible.
+
+        Memory moves with the CPUs (``units × memory_per_unit``, see :mod:`qosflow_argo.resize`);
+        it stays as it is when memory per unit cannot be derived, and when it would shrink on
+        Kubernetes 1.33 (which forbids memory limit decreases without a restart).
 
         Raises:
             SpecError: ``units < 1``.
@@ -321,8 +328,10 @@ class ArgoCluster:
             raise ClusterError(f"{name}: no running pod to resize", retryable=True)
         pod_name = pod["metadata"]["name"]
         container = main_container(pod).get("name", "main")
+        may_shrink = self.server_version() >= MEMORY_SHRINK_VERSION
+        memory = resize_memory(wf, pod, units, may_shrink=may_shrink)
         try:
-            self.kube.resize_pod(pod_name, resize_body(container, units))
+            self.kube.resize_pod(pod_name, resize_body(container, units, memory))
         except NotFoundError as exc:
             msg = f"the API server has no pods/resize (Kubernetes < 1.33?): {exc}"
             return ResizeResult(ResizeState.UNSUPPORTED, pod_units(pod, "cpu") or 0, msg)
@@ -401,17 +410,6 @@ def _check_same_submit(
             f"{have}): it is not a retry of this submit",
             status=409,
         )
-
-
-def resize_body(container: str, units: int) -> dict[str, Any]:
-    """Strategic-merge body of ``pods/{name}/resize``: cpu requests = limits = ``units``.
-
-    Only cpu changes (memory and GPUs stay), and requests stay equal to limits, so the pod keeps
-    its Guaranteed QoS class (a resize may not change it).
-    """
-    quantity = str(units)
-    resources = {"requests": {"cpu": quantity}, "limits": {"cpu": quantity}}
-    return {"spec": {"containers": [{"name": container, "resources": resources}]}}
 
 
 def manifests_units(wf: dict[str, Any]) -> int | None:

@@ -10,9 +10,10 @@ import pytest
 import requests
 
 from qosflow.errors import ClusterError, NotFoundError, SpecError
-from qosflow_argo.argo_cluster import ArgoCluster, resize_body
+from qosflow_argo.argo_cluster import ArgoCluster
 from qosflow_argo.argo_server import ArgoServer
 from qosflow_argo.kube import api_client_from_url
+from qosflow_argo.resize import resize_body, resize_memory
 from qosflow_argo.retry import Retrier
 
 SECRET = "s3cr3t-token-value"
@@ -45,11 +46,52 @@ def test_from_env_needs_the_argo_url(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_resize_body_is_a_valid_partial_pod_that_keeps_qos() -> None:
-    body = resize_body("main", 3)
+    body = resize_body("main", 3, memory="1536Mi")
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, **body}
     kubernetes_validate.validate(pod, "1.33.0", strict=True)
     res = body["spec"]["containers"][0]["resources"]
-    assert res["requests"] == res["limits"] == {"cpu": "3"}  # Guaranteed stays Guaranteed
+    # cpu and memory move together; requests == limits: Guaranteed stays Guaranteed
+    assert res["requests"] == res["limits"] == {"cpu": "3", "memory": "1536Mi"}
+    cpu_only = resize_body("main", 3)["spec"]["containers"][0]["resources"]
+    assert cpu_only["requests"] == cpu_only["limits"] == {"cpu": "3"}
+
+
+def _segment(units: str, memory: str | None) -> dict[str, object]:
+    params = [{"name": "units", "value": units}]
+    if memory is not None:
+        params.append({"name": "memory", "value": memory})
+    return {"metadata": {"name": "w"}, "spec": {"arguments": {"parameters": params}}}
+
+
+def _pod(cpu: str, memory: str | None) -> dict[str, object]:
+    limits = {"cpu": cpu} | ({"memory": memory} if memory else {})
+    resources = {"requests": dict(limits), "limits": limits}
+    return {"spec": {"containers": [{"name": "main", "resources": resources}]}}
+
+
+@pytest.mark.parametrize(
+    ("submitted", "pod", "units", "shrink", "expected"),
+    [
+        (("1", "256Mi"), ("1", "256Mi"), 2, True, "512Mi"),  # 1 -> 2 CPUs: memory doubles
+        (("3", "1536Mi"), ("3", "1536Mi"), 5, True, "2560Mi"),  # per unit 512Mi, keeps suffix
+        (("3", "1Gi"), ("3", "1Gi"), 2, True, "715827883"),  # 1Gi/3 is no whole Gi: bytes, ceil
+        (("2", "1Gi"), ("4", "2Gi"), 1, True, "512Mi"),  # from the submit ratio, not the pod's
+        (("2", "1Gi"), ("2", "1Gi"), 1, False, None),  # Kubernetes 1.33: limits never shrink
+        (("2", "1Gi"), ("2", "1Gi"), 4, False, "2Gi"),  # ... but may grow
+        (("2", None), ("2", "1Gi"), 4, True, "2Gi"),  # no memory argument: the pod's ratio
+        (("2", None), ("2", None), 4, True, None),  # no memory anywhere: cpu only
+        (("2", "lots"), ("2", "1Gi"), 4, True, "2Gi"),  # unparseable argument: the pod's ratio
+    ],
+)
+def test_resize_memory_follows_units_times_memory_per_unit(
+    submitted: tuple[str, str | None],
+    pod: tuple[str, str | None],
+    units: int,
+    shrink: bool,
+    expected: str | None,
+) -> None:
+    got = resize_memory(_segment(*submitted), _pod(*pod), units, may_shrink=shrink)
+    assert got == expected
 
 
 class Canned(requests.adapters.BaseAdapter):

@@ -141,7 +141,13 @@ def test_in_place_resize_changes_units(target: Target) -> None:
     result = cluster.resize(req.name, 2)
     assert result.state in (ResizeState.DONE, ResizeState.IN_PROGRESS)
     after = target.wait(cluster, req.name, lambda s: s.units == 2)
-    assert after.resize is ResizeState.DONE
+    assert after.resize is ResizeState.DONE and after.pod_name is not None
+    main = next(
+        c for c in cluster.kube.get_pod(after.pod_name)["spec"]["containers"] if c["name"] == "main"
+    )
+    # memory follows: 2 units x 256Mi per unit, requests == limits (still Guaranteed)
+    assert main["resources"]["requests"] == main["resources"]["limits"]
+    assert main["resources"]["limits"]["memory"] == "512Mi"
     assert cluster.resize(req.name, 2).state is ResizeState.DONE  # idempotent
     assert {s.name: s.units for s in cluster.list_jobs(req.job)} == {req.name: 2}
     cluster.stop(req.name)
