@@ -115,10 +115,13 @@ def test_stop_ends_the_workflow_stopped_and_is_idempotent(target: Target) -> Non
     cluster = target.cluster
     req = target.request("stop", total_steps=10_000)
     cluster.submit(req)
-    target.wait(cluster, req.name, lambda s: s.phase is Phase.RUNNING)
+    before = target.wait(cluster, req.name, lambda s: (s.steps_done or 0) > 0)
+    assert before.phase is Phase.RUNNING and before.steps_done is not None
     stopped = cluster.stop(req.name, message="rescale to 2")
     assert stopped.phase is Phase.STOPPED and stopped.phase.finished
     assert "Stop" in stopped.message
+    # the stop loses no progress: the final report is at least what was seen before it
+    assert stopped.steps_done is not None and stopped.steps_done >= before.steps_done
     assert cluster.stop(req.name).phase is Phase.STOPPED  # already ended: no 500, same answer
 
 
@@ -164,9 +167,16 @@ def test_resize_beyond_the_node_is_infeasible_and_a_busy_node_defers(target: Tar
     assert cluster.capacity("cpu").free == 0
     deferred = cluster.resize(a.name, 2)
     assert deferred.state is ResizeState.DEFERRED and deferred.units == 1
-    assert "capacity" in deferred.message.lower() or deferred.message
+    # the kubelet's reason: the node is full now (2 CPUs asked, 2 of 2 in use)
+    assert deferred.message.startswith("Node didn't have enough resource: cpu"), deferred.message
+    assert "requested: 2000" in deferred.message and "capacity: 2000" in deferred.message
     infeasible = cluster.resize(b.name, 3)
-    assert infeasible.state is ResizeState.INFEASIBLE
+    assert infeasible.state is ResizeState.INFEASIBLE and infeasible.units == 1
+    # ... versus never: 3 CPUs exceed the node itself
+    assert infeasible.message.startswith("Node didn't have enough capacity: cpu"), (
+        infeasible.message
+    )
+    assert "requested: 3000" in infeasible.message and "capacity: 2000" in infeasible.message
     cluster.stop(b.name)
     result = target.wait(cluster, a.name, lambda s: s.units == 2)  # the deferred resize lands
     assert result.resize is ResizeState.DONE

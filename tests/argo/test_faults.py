@@ -113,10 +113,15 @@ def test_kubernetes_faults_during_resize_and_stop_are_retried(local_target: Targ
     req = t.request("kfault", total_steps=10_000)
     cluster = client(t, Sleeps(t))
     cluster.submit(req)
-    t.wait(cluster, req.name, lambda s: s.phase is Phase.RUNNING and s.pod_name is not None)
+    t.wait(cluster, req.name, lambda s: s.pod_name is not None and (s.steps_done or 0) > 0)
     t.local.faults.add(FaultRule("status", "PATCH", r"/resize$", "kube", status=503, count=1))
     t.local.faults.add(FaultRule("drop", "GET", r"/pods/", "kube", count=1))
     t.local.faults.add(FaultRule("status", "PUT", r"/stop$", "argo", status=500, count=1))
     assert cluster.resize(req.name, 2).state is ResizeState.DONE
-    assert cluster.stop(req.name).phase is Phase.STOPPED
+    before = cluster.status(req.name)
+    assert before.phase is Phase.RUNNING and before.steps_done is not None
+    stopped = cluster.stop(req.name)
+    assert stopped.phase is Phase.STOPPED
     assert t.local.faults.fired[-3:] == [1, 1, 1]
+    # a retried stop loses no progress: what was reported before it is still there after it
+    assert stopped.steps_done is not None and stopped.steps_done >= before.steps_done > 0
