@@ -29,12 +29,8 @@ class JobCurve:
 
     def below(self, free: int) -> int:
         """Largest level <= ``free`` (0 if none)."""
-        best = 0
-        for k in self.levels:
-            if k > free:
-                break
-            best = k
-        return best
+        i = bisect_right(self.levels, free)
+        return self.levels[i - 1] if i else 0
 
     def above(self, units: int) -> int:
         """Next level above ``units`` (``units`` itself at the top; the first level from 0)."""
@@ -115,9 +111,18 @@ class _Planner:
     """One call of the planner (the artifact's ``ef_sim_allocation``), on copies of ``F``."""
 
     def __init__(
-        self, job: JobCurve, ddl: float, left: float, profile: Profile, now: int, slot: int, n: int
+        self,
+        job: JobCurve,
+        ddl: float,
+        left: float,
+        profile: Profile,
+        now: int,
+        slot: int,
+        n: int,
+        want_profile: bool = True,
     ) -> None:
         self.job, self.ddl, self.left, self.now, self.slot, self.n = job, ddl, left, now, slot, n
+        self.want_profile = want_profile
         self.orig_keys, self.orig_vals = profile
         self.orig_set = set(self.orig_keys)
         self.keys, self.vals = list(profile[0]), list(profile[1])
@@ -134,10 +139,13 @@ class _Planner:
         return self.job.speed[k]
 
     def result(self, ok: bool, end: int, real_end: int) -> Plan:
-        return Plan(ok, merge(self.keys, self.vals), _finalise(self.allocs), end, real_end)
+        profile = merge(self.keys, self.vals) if self.want_profile else ([], [])
+        return Plan(ok, profile, _finalise(self.allocs), end, real_end)
 
     def restore_after(self, end: int) -> None:
         """Give the capacity back from ``end`` on (original free value of the last point < end)."""
+        if not self.want_profile:
+            return
         last = self.n
         for t, v in zip(self.orig_keys, self.orig_vals, strict=True):
             if t < self.now:
@@ -318,6 +326,7 @@ def plan(
     slot: int,
     capacity: int,
     assign: int | None = None,
+    want_profile: bool = True,
 ) -> Plan:
     """Plan one job into ``profile`` (returned in the ``Plan``; the input is not modified).
 
@@ -330,8 +339,9 @@ def plan(
         slot: Scheduling slot.
         capacity: GPUs in the cluster.
         assign: Trial size for the leftover allocator, or ``None`` for the MSS plan.
+        want_profile: Build the updated profile (not needed to score a trial).
     """
-    planner = _Planner(job, ddl, left, profile, now, slot, capacity)
+    planner = _Planner(job, ddl, left, profile, now, slot, capacity, want_profile)
     if assign is None:
         return planner.mss(now)
     done = planner.assign(assign)

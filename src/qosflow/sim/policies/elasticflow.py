@@ -15,21 +15,102 @@ from __future__ import annotations
 
 import math
 import sys
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 from qosflow.sim.policies.ef_plan import (
     JobCurve,
     Plan,
     Profile,
+    align,
     gpu_seconds,
-    merge,
     plan,
-    set_point,
+    value_at,
 )
 from qosflow.sim.policy import JobView, Placed, SlotDecision, SlotSnapshot
 from qosflow.trace import ThroughputTable
 
 BIG = sys.maxsize
+
+
+_CLASSES = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 88, 128, 256)
+
+
+@dataclass(slots=True)
+class _NodeSet:
+    nodes: list[int]
+    capacity: int
+    util: int
+    jobs: list[tuple[str, int]]
+
+
+def _reclass(groups: dict[int, list[_NodeSet]], ns: _NodeSet, node_size: int, home: int) -> None:
+    """File a node set under the largest class dividing its free GPUs (the artifact's rule)."""
+    free = len(ns.nodes) * node_size - ns.util
+    target = home
+    if free > 0:
+        target = next(c for c in sorted(_CLASSES, reverse=True) if c <= free and free % c == 0)
+    groups[target].append(ns)
+    groups[home].sort(key=lambda g: g.util)
+    groups[target].sort(key=lambda g: g.util)
+
+
+def _fit(groups: dict[int, list[_NodeSet]], cls: int, job: tuple[str, int], size: int) -> bool:
+    """Try the first node set of one class (the artifact pops only the first)."""
+    if not groups[cls]:
+        return False
+    ns = groups[cls].pop(0)
+    if ns.util + job[1] > ns.capacity:
+        groups[cls].append(ns)
+        return False
+    ns.util += job[1]
+    ns.jobs.append(job)
+    _reclass(groups, ns, size, job[1])
+    return True
+
+
+def artifact_ranks(
+    sizes: tuple[tuple[str, int], ...], *, nodes: int, node_size: int
+) -> dict[str, int]:
+    """First GPU rank of each job under the artifact's elastic placement (node classes).
+
+    The artifact re-places every job from scratch at each decision, largest first, into node sets
+    kept in classes by their free GPUs; the rank of a job is its position when the nodes are read
+    in order (its ``scheduling_result``). Its overhead cache is keyed by these rank sets.
+    """
+    free_nodes = list(range(nodes))
+    groups: dict[int, list[_NodeSet]] = {c: [] for c in _CLASSES}
+    for job in sizes:
+        k = job[1]
+        if _fit(groups, k, job, node_size):
+            continue
+        if any(_fit(groups, c, job, node_size) for c in reversed(_CLASSES) if c > k):
+            continue
+        want = max(1, math.ceil(k / node_size))
+        if want > len(free_nodes):
+            continue
+        taken, free_nodes = free_nodes[:want], free_nodes[want:]
+        _reclass(groups, _NodeSet(taken, want * node_size, k, [job]), node_size, k)
+    return _read_ranks(groups, nodes, node_size)
+
+
+def _read_ranks(groups: dict[int, list[_NodeSet]], nodes: int, node_size: int) -> dict[str, int]:
+    """Read nodes in order, jobs in placement order (the artifact's ``scheduling_result``)."""
+    owner: dict[int, _NodeSet] = {}
+    for c in _CLASSES:
+        for ns in groups[c]:
+            for n in ns.nodes:
+                owner.setdefault(n, ns)
+    ranks: dict[str, int] = {}
+    for n in range(nodes):
+        found = owner.get(n)
+        if found is None:
+            continue
+        ns, pos = found, n * node_size
+        for job_id, k in ns.jobs:
+            ranks.setdefault(job_id, pos)
+            pos += k if len(ns.nodes) == 1 else 0
+    return ranks
 
 
 class ElasticFlowOverhead:
@@ -40,9 +121,9 @@ class ElasticFlowOverhead:
     ``slot``-th decision, when the rank-set cache is also cleared).
     """
 
-    def __init__(self, slot: int) -> None:
+    def __init__(self, slot: int, node_size: int = 8) -> None:
         """Overhead for a run with this slot (the artifact reuses the slot as restart period)."""
-        self.slot = slot
+        self.slot, self.node_size = slot, node_size
         self._seen: set[tuple[int, int]] = set()
 
     def reset(self) -> None:
@@ -55,8 +136,12 @@ class ElasticFlowOverhead:
         base = 7 if big else 2
         restart = decision > 0 and decision % self.slot == 0
         out: dict[str, int] = {}
-        for p in sorted(placed, key=lambda q: q.first_rank):
-            key = (p.first_rank, p.units)
+        nodes = max(1, capacity // self.node_size)
+        ranks = artifact_ranks(
+            tuple((p.job_id, p.units) for p in placed), nodes=nodes, node_size=self.node_size
+        )
+        for p in sorted(placed, key=lambda q: ranks.get(q.job_id, q.first_rank)):
+            key = (ranks.get(p.job_id, p.first_rank), p.units)
             if key in self._seen:
                 out[p.job_id] = base
                 continue
@@ -146,6 +231,7 @@ class ElasticFlow:
     def decide(self, snap: SlotSnapshot) -> SlotDecision:
         """One ElasticFlow decision."""
         views = {v.job_id: v for v in snap.jobs}
+        self.overhead.node_size = snap.node_size
         for v in snap.jobs:
             self._job(v)
         left = {j: views[j].remaining for j in views}
@@ -189,31 +275,73 @@ class ElasticFlow:
         return next((t for t, _ in p.allocations if t > now), BIG) if p else BIG
 
     def _unreserved(self, job: _Job) -> Profile:
-        """The current profile with ``job``'s own reservation given back."""
-        assert job.plan is not None
-        keys, vals = list(self._profile[0]), list(self._profile[1])
-        end = job.plan.end
-        if end not in keys:
-            prev = [v for k, v in zip(keys, vals, strict=True) if k < end]
-            set_point(keys, vals, end, prev[-1] if prev else 0)
-        last = 0
-        for a, k in job.plan.allocations:
-            if a not in keys:
-                prev = [v for t, v in zip(keys, vals, strict=True) if t <= a]
-                set_point(keys, vals, a, prev[-1] if prev else 0)
-            for i, t in enumerate(keys):
-                if a <= t < end:
-                    vals[i] += k - last
-            last = k
-        return merge(keys, vals)
+        """The current profile with ``job``'s own reservation given back (merged).
 
-    def _score(self, j: str, free: int, left: dict[str, float], snap: SlotSnapshot) -> None:
-        job = self._jobs[j]
-        if job.nxt - job.units > free or job.nxt == job.units:
-            job.score = -BIG
-            return
+        The profile is kept merged, so only the span of the reservation is rebuilt; the prefix
+        and the tail are sliced (the artifact rebuilds it all; the result is the same).
+        """
         assert job.plan is not None
-        trial = plan(
+        keys, vals = self._profile
+        allocs, end = job.plan.allocations, job.plan.end
+        if not allocs or allocs[0][0] >= end:
+            return list(keys), list(vals)
+        lo = bisect_left(keys, allocs[0][0])
+        hi = bisect_right(keys, end)
+        times = sorted(set(keys[lo:hi]).union((end,), (a for a, _ in allocs if a < end)))
+        out_k, out_v = keys[:lo], vals[:lo]
+        last = out_v[-1] if out_v else -1
+        i, j, free, own = lo, 0, (vals[lo - 1] if lo else 0), 0
+        for t in times:
+            while i < hi and keys[i] <= t:
+                free = vals[i]
+                i += 1
+            while j < len(allocs) and allocs[j][0] <= t:
+                own = allocs[j][1]
+                j += 1
+            v = free + own if t < end else free
+            if v != last:
+                out_k.append(t)
+                out_v.append(v)
+                last = v
+        skip = 1 if hi < len(keys) and vals[hi] == last else 0
+        return out_k + keys[hi + skip :], out_v + vals[hi + skip :]
+
+    def _first_change(self, job: _Job, now: int) -> int | None:
+        """First change point after ``now`` of the profile with ``job``'s reservation given back.
+
+        Equal to the first key after ``now`` of :meth:`_unreserved` (which merges equal values),
+        without building it.
+        """
+        assert job.plan is not None
+        keys, vals = self._profile
+        allocs, end = job.plan.allocations, job.plan.end
+
+        def own(t: int) -> int:
+            if t >= end:
+                return 0
+            k = 0
+            for a, units in allocs:
+                if a > t:
+                    break
+                k = units
+            return k
+
+        candidates = {t for t in keys if t > now}
+        candidates.update(a for a, _ in allocs if a > now)
+        if end > now:
+            candidates.add(end)
+        prev = value_at(self._profile, now, 0) + own(now)
+        for t in sorted(candidates):
+            cur = value_at((keys, vals), t, 0) + own(t)
+            if cur != prev:
+                return t
+        return None
+
+    def _trial(
+        self, j: str, left: dict[str, float], snap: SlotSnapshot, *, want_profile: bool = True
+    ) -> Plan:
+        job = self._jobs[j]
+        return plan(
             job.curve,
             ddl=job.ddl,
             left=left[j],
@@ -222,12 +350,33 @@ class ElasticFlow:
             slot=snap.slot,
             capacity=snap.capacity,
             assign=job.nxt,
+            want_profile=want_profile,
         )
-        job.trial = trial
-        gain = gpu_seconds(trial.allocations, trial.end) - gpu_seconds(
-            job.plan.allocations, job.plan.end
-        )
-        job.score = BIG if job.units == 0 else gain / (job.nxt - job.units)
+
+    def _score(self, j: str, free: int, left: dict[str, float], snap: SlotSnapshot) -> None:
+        """The artifact's marginal score; the trial plan itself is built lazily when picked."""
+        job = self._jobs[j]
+        job.trial = None
+        if job.nxt - job.units > free or job.nxt == job.units:
+            job.score = -BIG
+            return
+        if job.units == 0:
+            job.score = BIG
+            return
+        assert job.plan is not None
+        now, q = snap.now, job.nxt
+        real_end = math.ceil(now + left[j] / job.curve.speed[q])
+        end = align(now, real_end, snap.slot)
+        fut = self._first_change(job, now)
+        if fut is None:
+            fut = align(now, job.ddl, snap.slot)
+        if fut >= end and job.ddl >= real_end:  # the trial runs q GPUs from now until done
+            trial_gs = float(q * (end - now))
+        else:
+            scored = self._trial(j, left, snap, want_profile=False)
+            trial_gs = gpu_seconds(scored.allocations, scored.end)
+        gain = trial_gs - gpu_seconds(job.plan.allocations, job.plan.end)
+        job.score = gain / (q - job.units)
 
     def _leftover(self, runnable: list[str], left: dict[str, float], snap: SlotSnapshot) -> None:
         """Give idle GPUs away one level at a time (the artifact's ``allocate_free_gpus``)."""
@@ -244,8 +393,10 @@ class ElasticFlow:
             moved = False
             for j in runnable:
                 job = self._jobs[j]
-                if job.nxt - job.units > free or job.nxt == job.units or job.trial is None:
+                if job.nxt - job.units > free or job.nxt == job.units:
                     continue
+                if job.trial is None:
+                    job.trial = self._trial(j, left, snap)
                 self._profile = job.trial.profile
                 job.plan = Plan(
                     job.plan.ok if job.plan else True,
