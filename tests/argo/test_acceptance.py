@@ -1,16 +1,24 @@
 """Acceptance with real processes: the reference trainer as a local-cluster pod, driven only
-through ArgoCluster — progress, in-place resize 1 → 2 CPUs, stop → checkpoint → resume → the same
-final loss as an uninterrupted run. (The ≥ 1.5× speed-up figure is measured by
-``bench/trainer_bench.py``; here a rise is asserted.)
+through ArgoCluster — progress, in-place resize 1 → 2 CPUs (the pod's CPUs and the trainer's worker
+threads become 2, and the step rate rises by ≥ 1.5×), stop → checkpoint → resume → the same final
+loss as an uninterrupted run.
+
+The step rate is the trainer's own: its ``step`` events carry a ``time.monotonic`` stamp, so the
+test only sleeps through the windows instead of polling (which would take CPU from the trainer).
+The ≥ 1.5× assertion is skipped, with the measured numbers, only on a host whose 1-minute load
+average exceeded its core count before the measurement (other work owns the second CPU there).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -19,6 +27,9 @@ from qosflow.local import LocalCluster
 from qosflow_argo.argo_cluster import ArgoCluster
 
 TOTAL = 200
+WINDOW_S = 4.0  # each step-rate window
+WARMUP_S = 1.0  # before each window (a new thread count settles)
+_T = TypeVar("_T")
 SMALL = (
     "--width",
     "256",
@@ -73,27 +84,59 @@ def wait(cluster: ArgoCluster, name: str, pred, timeout: float = 120.0) -> JobSt
         time.sleep(0.1)
 
 
-def step_rate(cluster: ArgoCluster, name: str, window_s: float) -> float:
-    """Steps per second between the first and the last progress *change* seen in the window
-    (changes mark the trainer's writes, so the quantisation of polling cancels out)."""
-    changes: list[tuple[float, int]] = []
-    last = cluster.status(name).steps_done
-    until = time.monotonic() + window_s
-    while time.monotonic() < until:
-        done = cluster.status(name).steps_done
-        if done is not None and done != last:
-            changes.append((time.monotonic(), done))
-            last = done
-        time.sleep(0.05)
-    assert len(changes) >= 2, f"progress did not advance in {window_s}s: {changes}"
-    (t0, n0), (t1, n1) = changes[0], changes[-1]
-    return (n1 - n0) / (t1 - t0)
+def _wait_for(fetch: Callable[[], _T], timeout: float = 60.0) -> _T:
+    """Poll ``fetch`` (4 Hz) until it returns something truthy."""
+    until = time.monotonic() + timeout
+    while True:
+        got = fetch()
+        if got:
+            return got
+        assert time.monotonic() < until, f"nothing after {timeout}s"
+        time.sleep(0.25)
 
 
-def oversubscribed() -> float | None:
-    """The 1-minute load average when other work oversubscribes this host, else ``None``."""
-    load = os.getloadavg()[0]
-    return load if load > 1.5 * (os.cpu_count() or 1) else None
+def pod_pid(cluster: ArgoCluster, pod: str) -> int:
+    """OS pid of the pod's container (the local cluster reports ``local://<pid>``)."""
+    status = cluster.kube.get_pod(pod)["status"]["containerStatuses"][0]
+    return int(str(status["containerID"]).removeprefix("local://"))
+
+
+def allowed_cpus(pid: int) -> set[int]:
+    """Union of the CPU affinity of every thread of ``pid`` (all must agree after a resize)."""
+    masks = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError, OSError):
+            masks.append(frozenset(os.sched_getaffinity(int(task.name))))
+    assert masks and len(set(masks)) == 1, f"threads of {pid} disagree: {set(masks)}"
+    return set(masks[0])
+
+
+def trainer_events(log: Path, event: str) -> list[dict[str, Any]]:
+    """JSON event lines of one kind from the pod's ``main.log``."""
+    out = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        with contextlib.suppress(ValueError):
+            item = json.loads(line)
+            if isinstance(item, dict) and item.get("event") == event:
+                out.append(item)
+    return out
+
+
+def measured_rate(log: Path, start: float, end: float, threads: int) -> float:
+    """Steps per second between the first and the last ``step`` event stamped in [start, end]."""
+    steps = [e for e in trainer_events(log, "step") if start <= e["t"] <= end]
+    assert len(steps) >= 2, f"fewer than 2 steps in {end - start:.1f}s: {steps}"
+    assert {e["threads"] for e in steps} == {threads}, steps
+    first, last = steps[0], steps[-1]
+    assert last["t"] - first["t"] >= 0.5 * (end - start), (first, last)
+    return float(last["step"] - first["step"]) / (last["t"] - first["t"])
+
+
+def measure(seconds: float) -> tuple[float, float]:
+    """Sleep through a measurement window and return its (start, end) on the monotonic clock."""
+    start = time.monotonic()
+    time.sleep(seconds)
+    return start, time.monotonic()
 
 
 @pytest.fixture
@@ -109,26 +152,44 @@ def cluster(tmp_path: Path) -> Iterator[ArgoCluster]:
 
 @pytest.mark.slow
 def test_in_place_resize_raises_the_step_rate(cluster: ArgoCluster, tmp_path: Path) -> None:
-    # wider layers: more work per BLAS call, so two threads have something to share
-    first = cluster.submit(
-        segment("rate", 0, 1, tmp_path / "ckpt", resume=False, total=5000, width=512)
-    )
-    wait(cluster, first.name, lambda s: (s.steps_done or 0) >= 10)
-    rate1 = step_rate(cluster, first.name, 3.0)
-    resized = cluster.resize(first.name, 2)
-    assert resized.state is ResizeState.DONE and resized.units == 2
-    assert cluster.status(first.name).units == 2
-    time.sleep(0.3)  # the trainer re-reads its CPUs every 2 steps
-    rate2 = step_rate(cluster, first.name, 3.0)
-    cluster.stop(first.name)
-    print(f"step rate 1 CPU {rate1:.1f}/s, 2 CPUs {rate2:.1f}/s, ratio {rate2 / rate1:.2f}")
-    load = oversubscribed()
-    if rate2 <= rate1 and load is not None:
-        pytest.skip(
-            f"host oversubscribed by other work (load {load:.1f} on {os.cpu_count()} CPUs): "
-            f"2-thread BLAS cannot speed up; measured {rate1:.1f} -> {rate2:.1f} steps/s"
+    # wider layers: more work per step, so two worker threads have something to share
+    req = segment("rate", 0, 1, tmp_path / "ckpt", resume=False, total=100_000, width=512)
+    req = replace(req, command=(*req.command, "--log-every", "1"))
+    first = cluster.submit(req)
+    running = wait(cluster, first.name, lambda s: (s.steps_done or 0) >= 10 and s.pod_name)
+    assert running.pod_name is not None
+    log = tmp_path / "local" / "pods" / cluster.namespace / running.pod_name / "main.log"
+    pid = pod_pid(cluster, running.pod_name)
+    try:
+        assert len(allowed_cpus(pid)) == 1
+        time.sleep(WARMUP_S)
+        load = os.getloadavg()[0]
+        window1 = measure(WINDOW_S)
+
+        resized = cluster.resize(first.name, 2)
+        # load-independent evidence first: the pod got 2 CPUs and the trainer uses 2 threads
+        assert resized.state is ResizeState.DONE and resized.units == 2
+        assert cluster.status(first.name).units == 2
+        assert len(allowed_cpus(pid)) == 2
+        threads = _wait_for(
+            lambda: [e for e in trainer_events(log, "threads") if e["threads"] == 2]
         )
-    assert rate2 > rate1
+        assert threads[-1]["workers"] == 2, threads[-1]
+        time.sleep(WARMUP_S)
+        window2 = measure(WINDOW_S)
+    finally:
+        cluster.stop(first.name)
+    rate1 = measured_rate(log, *window1, threads=1)
+    rate2 = measured_rate(log, *window2, threads=2)
+    cores = os.cpu_count() or 1
+    numbers = (
+        f"step rate 1 CPU {rate1:.1f}/s, 2 CPUs {rate2:.1f}/s, ratio {rate2 / rate1:.2f} "
+        f"(load {load:.1f} on {cores} CPUs before the measurement)"
+    )
+    print(numbers)
+    if rate2 < 1.5 * rate1 and load > cores:
+        pytest.skip(f"host oversubscribed by other work, the second CPU is not free: {numbers}")
+    assert rate2 >= 1.5 * rate1, numbers
 
 
 @pytest.mark.slow
@@ -137,16 +198,18 @@ def test_stop_checkpoint_resume_gives_the_uninterrupted_result(
 ) -> None:
     ckpt, ref_ckpt = tmp_path / "ckpt", tmp_path / "ref"
     first = cluster.submit(segment("accept", 0, 1, ckpt, resume=False))
-    wait(cluster, first.name, lambda s: (s.steps_done or 0) >= 60)
+    before = wait(cluster, first.name, lambda s: (s.steps_done or 0) >= 60)
     stopped = cluster.stop(first.name, message="checkpoint-restart")
     assert stopped.phase is Phase.STOPPED
-    assert stopped.steps_done is not None and 0 < stopped.steps_done < TOTAL
+    assert stopped.steps_done is not None and before.steps_done is not None
+    assert before.steps_done <= stopped.steps_done < TOTAL  # the stop lost no progress
     assert not (ckpt / "result.json").exists()
 
     ref = cluster.submit(segment("accept-ref", 0, 1, ref_ckpt, resume=False))
     second = cluster.submit(segment("accept", 1, 1, ckpt, resume=True))
     resumed = wait(cluster, second.name, lambda s: s.steps_done is not None and s.steps_done > 0)
-    assert resumed.steps_done is not None and resumed.steps_done >= 50  # from the checkpoint
+    # from the checkpoint the stop wrote: exactly where the stopped segment ended, or later
+    assert resumed.steps_done is not None and resumed.steps_done >= stopped.steps_done
     done = wait(cluster, second.name, lambda s: s.phase.finished, timeout=300)
     ref_done = wait(cluster, ref.name, lambda s: s.phase.finished, timeout=300)
     assert done.phase is Phase.SUCCEEDED and ref_done.phase is Phase.SUCCEEDED
