@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from qosflow.speed import ProgressSample
@@ -104,6 +104,16 @@ class Report:
 
     def plot(self, path: Path) -> Path:
         """Write the PNG and return its path."""
+        import matplotlib.pyplot as plt
+
+        fig = self.figure()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+        plt.close(fig)
+        return path
+
+    def figure(self) -> Any:
+        """The matplotlib figure: progress vs schedule, deadline, decisions, size over time."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -113,13 +123,22 @@ class Report:
             return (t - self.start) / 60.0
 
         fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
-        if self.schedule:
+        planned = _usable(self.schedule)
+        if planned:
             ax.plot(
-                [rel(t) for t, _ in self.schedule],
-                [s for _, s in self.schedule],
+                [rel(t) for t, _ in planned],
+                [n for _, n in planned],
                 "--",
                 color="tab:gray",
                 label="planned schedule (must be done by)",
+            )
+        elif not math.isinf(self.deadline):  # speed unknown at planning: the linear reference
+            ax.plot(
+                [0.0, rel(self.deadline)],
+                [0, self.total_steps],
+                "--",
+                color="tab:gray",
+                label="linear schedule to the deadline (speed unknown at planning)",
             )
         if self.samples:
             ax.plot(
@@ -171,12 +190,25 @@ class Report:
             ax2.set_ylim(0, max(u for _, u in sizes) + 1)
             h2, l2 = ax2.get_legend_handles_labels()
             handles, labels = handles + h2, labels + l2
-        ax.legend(handles, labels, loc="upper left", fontsize=8)
+        ax.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.13),
+            ncol=3,
+            fontsize=8,
+            frameon=False,
+        )
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
-        plt.close(fig)
-        return path
+        return fig
+
+
+def _usable(schedule: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:
+    """The planned schedule, or nothing when planning knew no speed (all steps due at once)."""
+    points = list(schedule)
+    if len(points) < 2 or points[0][1] >= points[-1][1] or points[0][0] >= points[-1][0]:
+        return []
+    return points
 
 
 def _size_steps(samples: Sequence[ProgressSample]) -> list[tuple[float, int]]:

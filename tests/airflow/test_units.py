@@ -425,3 +425,59 @@ def test_restart_refuses_a_stale_checkpoint(fake_cluster):
     ):
         checkpoint_restart(fake_cluster, st, units=2, priority_class="x", priority=1, reason="t")
     assert len(fake_cluster.requests) == 1
+
+
+# ------------------------------------------------------------------ report
+
+
+def test_report_has_a_verdict_table_and_a_labelled_plot(tmp_path):
+    from qosflow.speed import ProgressSample
+    from qosflow_airflow.report import Mark, Report
+
+    samples = [
+        ProgressSample(T0 + 10 * i, 10 * i * (1 if i < 5 else 2), 1 if i < 5 else 2)
+        for i in range(12)
+    ]
+    report = Report(
+        job="r",
+        total_steps=180,
+        start=T0,
+        deadline=T0 + 130,
+        finished_at=T0 + 110,
+        succeeded=True,
+        schedule=[(T0, 0), (T0 + 60, 80), (T0 + 125, 180)],
+        samples=samples,
+        marks=[
+            Mark(T0 + 45, "scale_up", 2, "behind the schedule"),
+            Mark(T0 + 46, "in_place", 2, "resized in place from 1 to 2 cpu"),
+        ],
+    )
+    assert report.met and report.margin_s == 20
+    assert report.verdict() == "r: deadline met, 20 s early"
+    assert "behind the schedule" in report.table()
+    fig = report.figure()
+    ax = fig.axes[0]
+    assert "deadline met" in ax.get_title()
+    assert ax.get_xlabel() and ax.get_ylabel() and fig.axes[1].get_ylabel() == "size (units)"
+    labels = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert {
+        "planned schedule (must be done by)",
+        "actual progress",
+        "deadline",
+        "decision / action",
+        "size (units)",
+    } <= labels
+    png = report.plot(tmp_path / "r.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    late = Report(
+        job="r",
+        total_steps=10,
+        start=T0,
+        deadline=T0 + 5,
+        finished_at=T0 + 9,
+        succeeded=True,
+        schedule=[],
+        samples=[],
+        marks=[],
+    )
+    assert late.verdict() == "r: deadline MISSED, 4 s late" and not late.met
