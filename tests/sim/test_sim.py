@@ -228,3 +228,40 @@ def test_simcluster_implements_the_cluster_protocols_on_virtual_time() -> None:
     assert sim.status("b-s0").phase == Phase.SUCCEEDED
     assert sim.status("b-s0").finished_at == pytest.approx(151.0 + 1000 / 16)
     assert [s.name for s in sim.list_jobs("a")] == ["a-s0", "a-s1"]
+
+
+# ElasticFlow planner and overhead ------------------------------------------------------------
+
+
+def test_minimum_satisfactory_share_on_a_flat_and_on_a_reserved_profile() -> None:
+    from qosflow.sim.policies.ef_plan import JobCurve, plan
+
+    speed = A100.curve("resnet50", 256)
+    curve = JobCurve(tuple(sorted(speed)), speed, 64)
+    work = 1000 * speed[4]  # 1000 s on 4 GPUs, 2000 s would not do on 2
+    flat = plan(curve, ddl=1100, left=work, profile=([0], [16]), now=0, slot=60, capacity=16)
+    assert flat.ok and flat.allocations == ((0, 4),)
+    assert flat.real_end == math.ceil(work / speed[4]) and flat.end == 1020
+    assert flat.profile == ([0, 1020], [12, 16])
+    # 14 of 16 GPUs are taken until t=600: the share must be 8 from 600 on (and 2 before).
+    busy = plan(
+        curve, ddl=1100, left=work, profile=([0, 600], [2, 16]), now=0, slot=60, capacity=16
+    )
+    assert busy.allocations[0] == (0, 2) and (600, 8) in busy.allocations
+    assert busy.ok == (busy.real_end <= 1100)
+    late = plan(curve, ddl=100, left=work, profile=([0], [16]), now=0, slot=60, capacity=16)
+    assert not late.ok and late.real_end > 100
+
+
+def test_artifact_overhead_charges_new_rank_sets_and_restarts() -> None:
+    from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
+    from qosflow.sim.policy import Placed
+
+    model = ElasticFlowOverhead(slot=3, node_size=8)
+    placed = (Placed("a", 8, 0, (0,), 0), Placed("b", 1, 0, (1,), 8))
+    assert model.charge(placed, decision=0, capacity=16) == {"a": 2 + 8, "b": 2 + 2}
+    assert model.charge(placed, decision=1, capacity=16) == {"a": 2, "b": 2}  # seen before
+    assert model.charge(placed, decision=3, capacity=16) == {"a": 2, "b": 2}  # cached on restart
+    assert model.charge(placed, decision=4, capacity=16) == {"a": 10, "b": 4}  # cache was cleared
+    big = ElasticFlowOverhead(slot=3, node_size=8)
+    assert big.charge(placed, decision=3, capacity=256) == {"a": 7 + 47 + 8, "b": 7 + 47 + 2}
