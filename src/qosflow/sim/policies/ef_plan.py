@@ -186,23 +186,21 @@ class _Planner:
         """Minimum satisfactory share from ``start`` (backward test, forward reservation)."""
         job, keys, vals, aligned = self.job, self.keys, self.vals, self.aligned
         quota, last_q, last_last = job.above(0), 0, 0
+        top = bisect_left(keys, aligned)
+        bottom = bisect_left(keys, start)
+        for t in keys[:top]:
+            self.allocs.setdefault(t, 0)
+        speed = job.speed
         while quota <= self.n and quota <= job.cap:
-            for t in keys:
-                if t < aligned and t not in self.allocs:
-                    self.allocs[t] = 0
             period_end, acc = aligned, 0.0
-            for i in range(len(keys) - 1, -1, -1):
+            for i in range(top - 1, bottom - 1, -1):
                 p = keys[i]
-                if p >= aligned:
-                    continue
-                if p < start:
-                    break
                 alloc = quota if vals[i] >= quota else min(quota, job.below(vals[i]))
                 if alloc == 0:
                     period_end = p
                     continue
                 duration = (self.ddl - p) if period_end == aligned else (period_end - p)
-                acc += duration * self.T(alloc)
+                acc += duration * speed[alloc]
                 if acc >= self.left:
                     return self.forward(start, p, quota, last_q)
                 period_end = p
@@ -216,11 +214,8 @@ class _Planner:
         """Reserve forwards: ``last_q`` before ``point``, ``quota`` from it, until done."""
         keys, vals, job = self.keys, self.vals, self.job
         left, last_i, last_a = self.left, -1, 0
-        for i, t in enumerate(keys):
-            if t > self.aligned:
-                break
-            if t < start:
-                continue
+        for i in range(bisect_left(keys, start), bisect_right(keys, self.aligned)):
+            t = keys[i]
             if last_i >= 0:
                 lt = keys[last_i]
                 self.allocs[lt] = last_a
@@ -249,11 +244,8 @@ class _Planner:
         """No level meets the deadline: run on what is left, then at the cap after the profile."""
         keys, vals, job = self.keys, self.vals, self.job
         last_i, last_a = -1, 0
-        for i, t in enumerate(keys):
-            if t > self.aligned:
-                break
-            if t < start:
-                continue
+        for i in range(bisect_left(keys, start), bisect_right(keys, self.aligned)):
+            t = keys[i]
             if last_i >= 0:
                 lt = keys[last_i]
                 self.allocs[lt] = last_a
