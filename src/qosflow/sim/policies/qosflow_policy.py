@@ -23,7 +23,9 @@ into the core's inputs and the core's answers into a :class:`~qosflow.sim.policy
 
 Priority classes (:func:`qosflow.priority.laxity`, :func:`qosflow.priority.classify`) order jobs of
 equal deadline and are kept per job with the ladder's hysteresis. Oracle speeds plan on the true
-tables; learned speeds plan on the fitted median inflated by the core's conformal factor.
+tables, inflated by a conformal factor learnt online from realised progress once enough intervals
+are logged (it covers restart overheads the tables leave out); learned speeds plan on the fitted
+median inflated the same way, starting from the core's default factor.
 """
 
 from __future__ import annotations
@@ -119,6 +121,8 @@ class QosflowPolicy:
         calibration: ``None`` for oracle speeds; else the conformal inflation of learned speeds
             (re-learnt online from realised progress).
         max_utilisation: Share of the capacity admission's energy test may count on.
+        recalibrate: Also learn the conformal factor online with oracle speeds (it then covers
+            what the tables leave out: restart overheads and the decision cadence).
     """
 
     name: str = "qosflow"
@@ -128,6 +132,7 @@ class QosflowPolicy:
     rescale_overhead_s: float = 30.0
     calibration: Calibration | None = None
     max_utilisation: float = 1.0
+    recalibrate: bool = True
     _guaranteed: set[str] = field(default_factory=set)
     _classes: dict[str, str] = field(default_factory=dict)
     _rescaled_at: dict[str, float] = field(default_factory=dict)
@@ -253,13 +258,15 @@ class QosflowPolicy:
         )
 
     def _recalibrate(self, snap: SlotSnapshot) -> None:
-        """Learned speeds: conformal factor from (predicted, realised) seconds of past intervals.
+        """Conformal factor from (predicted, realised) seconds of past intervals.
 
         Every job that ran a whole interval at one size gives one pair: the seconds the believed
-        median speed predicted for the steps it did, and the seconds it took (overheads included).
-        :func:`qosflow.predict.calibrate` turns the recent pairs into the inflation factor.
+        median speed predicted for the steps it did, and the seconds it took (overheads and noise
+        included). :func:`qosflow.predict.calibrate` turns the recent pairs into the inflation
+        factor. With oracle speeds this learns only what the tables leave out (restart overheads,
+        decision cadence); until enough pairs exist the oracle is trusted as it is.
         """
-        if self.calibration is None:
+        if self.calibration is None and not self.recalibrate:
             return
         for view in snap.jobs:
             last = self._ran.get(view.job_id)
