@@ -124,16 +124,25 @@ class _Planner:
         self.job, self.ddl, self.left, self.now, self.slot, self.n = job, ddl, left, now, slot, n
         self.want_profile = want_profile
         self.orig_keys, self.orig_vals = profile
-        self.orig_set = set(self.orig_keys)
         self.keys, self.vals = list(profile[0]), list(profile[1])
         self.aligned = align(now, ddl, slot)
         self.last_event_gpu = n
-        if self.aligned >= now and self.aligned not in self.orig_set:
+        if self.aligned >= now and not self.in_orig(self.aligned):
             i = bisect_left(self.keys, self.aligned)
             if i > 0:
                 self.last_event_gpu = self.vals[i - 1]
             set_point(self.keys, self.vals, self.aligned, self.last_event_gpu)
         self.allocs: dict[int, int] = {now: 0}
+
+    def in_orig(self, t: int) -> bool:
+        """Whether ``t`` is a change point of the input profile."""
+        i = bisect_left(self.orig_keys, t)
+        return i < len(self.orig_keys) and self.orig_keys[i] == t
+
+    def first_after(self, t: int) -> int | None:
+        """The input profile's first change point after ``t``."""
+        i = bisect_right(self.orig_keys, t)
+        return self.orig_keys[i] if i < len(self.orig_keys) else None
 
     def T(self, k: int) -> float:
         return self.job.speed[k]
@@ -152,28 +161,28 @@ class _Planner:
                 continue
             if t < end:
                 last = v
-        if end not in self.orig_set:
+        if not self.in_orig(end):
             set_point(self.keys, self.vals, end, last)
 
     def assign(self, quota: int) -> Plan | None:
         """Trial: ``quota`` GPUs from now; ``None`` when the rest needs the general planner."""
         now = self.now
         available = self.vals[bisect_left(self.keys, now)]
-        later = [t for t in self.orig_keys if t > now]
-        fut = later[0] if later else self.aligned
+        nxt = self.first_after(now)
+        fut = nxt if nxt is not None else self.aligned
         self.allocs = {now: quota}
         real_end = math.ceil(now + self.left / self.T(quota))
         end = align(now, real_end, self.slot)
         if fut >= end and self.ddl >= real_end:
             last = self.n
-            for t in self.orig_keys:
-                if now <= t < end:
-                    i = bisect_left(self.keys, t)
-                    last = self.vals[i]
-                    self.vals[i] -= quota
+            lo, hi = bisect_left(self.orig_keys, now), bisect_left(self.orig_keys, end)
+            for t in self.orig_keys[lo:hi]:
+                i = bisect_left(self.keys, t)
+                last = self.vals[i]
+                self.vals[i] -= quota
             if now != end:
                 self.vals[bisect_left(self.keys, now)] = available - quota
-            if end not in self.orig_set:
+            if not self.in_orig(end):
                 set_point(self.keys, self.vals, end, last)
             return self.result(True, end, real_end)
         duration = (self.ddl - now) if fut == self.aligned else (fut - now)
@@ -266,13 +275,13 @@ class _Planner:
         for j, t1 in enumerate(list(keys)):
             if t1 < self.aligned:
                 continue
-            if t1 < end and t1 in self.orig_set:
+            if t1 < end and self.in_orig(t1):
                 last = self.orig_vals[self.orig_keys.index(t1)]
             if lt <= t1 < end:
                 vals[j] -= q
         if lt != end:
             set_point(keys, vals, lt, last - q)
-        if end not in self.orig_set:
+        if not self.in_orig(end):
             set_point(keys, vals, end, last)
         return self.result(real_end <= self.ddl, end, real_end)
 
@@ -339,5 +348,5 @@ def plan(
     done = planner.assign(assign)
     if done is not None:
         return done
-    later = [t for t in profile[0] if t > now]
-    return planner.mss(later[0] if later else planner.aligned, assigned=assign)
+    nxt = planner.first_after(now)
+    return planner.mss(nxt if nxt is not None else planner.aligned, assigned=assign)

@@ -13,6 +13,7 @@ artifact's (:class:`ElasticFlowOverhead`). Ties are broken exactly like the arti
 
 from __future__ import annotations
 
+import heapq
 import math
 import sys
 from bisect import bisect_left, bisect_right
@@ -326,12 +327,10 @@ class ElasticFlow:
                 k = units
             return k
 
-        candidates = {t for t in keys if t > now}
-        candidates.update(a for a, _ in allocs if a > now)
-        if end > now:
-            candidates.add(end)
+        start = bisect_right(keys, now)
+        extra = sorted({a for a, _ in allocs if a > now} | ({end} if end > now else set()))
         prev = value_at(self._profile, now, 0) + own(now)
-        for t in sorted(candidates):
+        for t in heapq.merge(keys[start:], extra):
             cur = value_at((keys, vals), t, 0) + own(t)
             if cur != prev:
                 return t
