@@ -1,7 +1,8 @@
 """Three teams, three deadlines, one cluster: admission and priority at work.
 
 Each job gets its own ``deadline_training`` group; all three are planned against the same cluster
-at the same time. Admission reserves units for the jobs it guarantees, runs the rest best effort
+at the same time, from the teams' step-time estimates on the first run and from the history store
+afterwards. Admission reserves units for the jobs it guarantees, runs the rest best effort
 (with the earliest deadline that would have passed as a counter-offer), and the priority ladder
 orders their pods by laxity: the tight ``ranking`` job outranks ``embeddings``, which outranks the
 relaxed ``forecast`` job.
@@ -41,6 +42,7 @@ with DAG(
                 "resources": RESOURCES,
                 "checkpoint_every_steps": 20,
                 "dwell_seconds": 20,
+                "step_seconds_estimate": 0.3,  # the teams' guess on 1 CPU; history replaces it
                 "command": TRAINER,
             },
             rounds=3,
