@@ -265,3 +265,26 @@ def test_artifact_overhead_charges_new_rank_sets_and_restarts() -> None:
     assert model.charge(placed, decision=4, capacity=16) == {"a": 10, "b": 4}  # cache was cleared
     big = ElasticFlowOverhead(slot=3, node_size=8)
     assert big.charge(placed, decision=3, capacity=256) == {"a": 7 + 47 + 8, "b": 7 + 47 + 2}
+
+
+def test_learned_mode_shows_policies_fitted_speeds_not_the_truth(tmp_path: Path) -> None:
+    from qosflow.sim.policy import SlotDecision, SlotSnapshot
+
+    seen: list[dict[int, float]] = []
+
+    class Spy(EdfElastic):
+        def decide(self, snap: SlotSnapshot) -> SlotDecision:
+            seen.extend(dict(j.speeds) for j in snap.jobs)
+            return super().decide(snap)
+
+    size = int(900 * T8)
+    path = _trace(tmp_path, [f"a,0,{size},resnet50,9000,256,8,900"])
+    learned = _run(path, Spy(), speeds="learned", noise=Noise(sigma=0.05), seed=3)
+    truth = dict(A100.curve("resnet50", 256))
+    assert learned.met == 1 and seen and all(s != truth for s in seen)
+    assert all(s[8] == pytest.approx(truth[8], rel=0.25) for s in seen)  # anchored on num_gpu
+    oracle: list[dict[int, float]] = []
+    seen.clear()
+    _run(path, Spy())
+    oracle = seen
+    assert all(s == truth for s in oracle)
