@@ -106,6 +106,7 @@ class _Job:
     need: int | None
     klass: str
     keep: int
+    promise: Belief
 
 
 @dataclass
@@ -139,6 +140,7 @@ class QosflowPolicy:
     _wake: int | None = None
     _ran: dict[str, tuple[float, float, int]] = field(default_factory=dict)
     _pairs: list[tuple[float, float]] = field(default_factory=list)
+    _oracle_factor: Calibration | None = None
 
     def _prepare(self, view: JobView, snap: SlotSnapshot) -> _Job:
         spec = job_spec(
@@ -188,7 +190,12 @@ class QosflowPolicy:
         keep = 0
         if not queued:
             keep = decide(js, belief, free_units=0).units
-        return _Job(view, spec, belief, js, need, klass, keep)
+        promise = (
+            belief
+            if self._oracle_factor is None
+            else belief_of(view, spec.resources.levels, self._oracle_factor)
+        )
+        return _Job(view, spec, belief, js, need, klass, keep, promise)
 
     def _admit(
         self, jobs: Mapping[str, _Job], snap: SlotSnapshot
@@ -223,7 +230,7 @@ class QosflowPolicy:
     def _candidate(self, job: _Job) -> admission.Candidate:
         return admission.candidate(
             job.spec,
-            job.belief,
+            job.promise,
             steps_done=job.snap.steps_done,
             now=job.snap.now,
             guaranteed=job.view.job_id in self._guaranteed,
@@ -276,7 +283,11 @@ class QosflowPolicy:
             if x > 0:
                 self._pairs.append(((view.done - last[1]) / x, float(snap.now) - last[0]))
         del self._pairs[: max(len(self._pairs) - CALIBRATION_WINDOW, 0)]
-        if len(self._pairs) >= CALIBRATION_MIN_PAIRS:
+        if len(self._pairs) < CALIBRATION_MIN_PAIRS:
+            return
+        if self.calibration is None:  # oracle speeds: inflate only what is promised
+            self._oracle_factor = calibrate(self._pairs)
+        else:
             self.calibration = calibrate(self._pairs)
 
     def _reserved(self, jobs: list[_Job], snap: SlotSnapshot) -> tuple[dict[str, int], int | None]:
