@@ -44,6 +44,12 @@ class SimConfig:
         speeds: ``oracle`` (policies see the true tables) or ``learned`` (fitted models).
         noise: Noise of the true speeds.
         overhead: Overhead model; ``None`` uses the policy's own.
+        completion: ``exact`` — a job completes when its iterations are done (to the second)
+            and the next decision releases its units. ``artifact`` — ElasticFlow's simulator:
+            the scheduler learns of a completion at the end of the slot it falls in (counted from
+            the decision that set the job's size) plus the overhead, credits progress only up to
+            the policy's planned finish, and ends a job at that notice even if a few iterations
+            (lost to overhead) remain; use it with ``SimResult.planned_ratio``.
     """
 
     capacity: int
@@ -53,6 +59,7 @@ class SimConfig:
     speeds: SpeedsMode = "oracle"
     noise: Noise = field(default_factory=Noise)
     overhead: OverheadModel | None = None
+    completion: Literal["exact", "artifact"] = "exact"
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +163,7 @@ class _Live:
     unit_seconds: float = 0.0
     planned: float | None = None
     pending: bool = False
+    notice: int = 0
     samples: list[tuple[float, float, int]] = field(default_factory=list)
 
 
@@ -227,16 +235,24 @@ class _Run:
 
     def advance(self, now: int, to: int) -> None:
         """Run every job from ``now`` to ``to``; record completions."""
+        artifact = self.cfg.completion == "artifact"
         for job_id, lv in list(self.live.items()):
             if lv.units == 0:
                 continue
-            run = max(0, to - now - lv.overhead)
+            run = to - now
+            if artifact and lv.planned is not None and to > lv.planned:
+                run -= to - math.ceil(lv.planned)
+            run = max(0, run - lv.overhead)
             lv.unit_seconds += lv.units * (to - now)
             remaining = lv.job.iterations - lv.done
             if lv.rate * run >= remaining - 1e-9:
                 finish = min(to, now + lv.overhead + math.ceil(remaining / lv.rate - 1e-9))
                 self.invalidate(lv)
                 self.finish(job_id, lv, finish)
+            elif artifact and to >= lv.notice:
+                lv.done += lv.rate * run
+                self.invalidate(lv)
+                self.finish(job_id, lv, to)
             else:
                 lv.done += lv.rate * run
                 lv.overhead = 0
@@ -304,6 +320,10 @@ class _Run:
         self.apply(now, decision.allocation)
         if decision.wake_at is not None and decision.wake_at > now:
             first = self.next_event()
+            if self.cfg.completion == "artifact":
+                # ElasticFlow compares with end events before it adds this decision's overhead.
+                ends = [lv.notice - lv.overhead for lv in self.live.values() if lv.units]
+                first = min([*ends, *([first] if first is not None else [])], default=None)
             if first is None or decision.wake_at < first:
                 self.push(decision.wake_at, WAKE)
         self.decisions += 1
@@ -344,7 +364,11 @@ class _Run:
             lv.rate = self.truth.speed(lv.job, units) * self.cfg.noise.factor(self.rng)
             lv.samples.append((float(now), lv.done, units))
             left = lv.job.iterations - lv.done
-            due = now + lv.overhead + math.ceil(left / lv.rate - 1e-9)
+            run = math.ceil(left / lv.rate - 1e-9)
+            if self.cfg.completion == "artifact":
+                run = -(-run // self.cfg.slot) * self.cfg.slot
+            due = now + lv.overhead + run
+            lv.notice = due
             self.push(due, COMPLETION, job_id, lv.version)
             lv.pending = True
         self.usage.append((now, used))
