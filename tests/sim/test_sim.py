@@ -288,3 +288,14 @@ def test_learned_mode_shows_policies_fitted_speeds_not_the_truth(tmp_path: Path)
     _run(path, Spy())
     oracle = seen
     assert all(s == truth for s in oracle)
+
+
+def test_artifact_completion_mode_reproduces_elasticflow_on_elasticvpollux() -> None:
+    """ElasticFlow's own simulator printed 142/195 with 50 refusals (REFERENCE.md, ALGORITHM.md)."""
+    t4 = load_throughputs("T4")
+    trace = "pkusys-ElasticFlow/ElasticFlow/traces_for_ElasticFlow/elasticVpollux_e.csv"
+    jobs = load_trace(elasticflow_dir() / trace, t4)
+    cfg = SimConfig(capacity=64, node_size=4, slot=60, completion="artifact")
+    result = simulate(jobs, t4, ElasticFlow(t4, slot=60), cfg)
+    assert sum(o.rejected for o in result.outcomes) == 50
+    assert round(result.planned_ratio * 195) == 142
