@@ -7,7 +7,8 @@ What it does, end to end, with real processes:
    WorkflowTemplate and PriorityClass ladder through ``ArgoCluster``;
 3. measures how fast the reference trainer runs on one CPU here and sizes the job so that one CPU
    would miss a deadline about 3 minutes away while two make it;
-4. runs ``qosflow_nightly_retrain`` with ``dag.test()`` (deadline ``PT3M``, first size 1 CPU);
+4. runs ``qosflow_nightly_retrain`` with ``dag.test()`` (deadline ``PT3M``, first size 1 CPU) with
+   a fresh history store (``.qosflow/demo-history.db``), as on a first night;
 5. prints each decision with its reason, the verdict (met or missed, with the margin) and the path
    of the PNG report; stops the local cluster.
 """
@@ -86,7 +87,7 @@ def _connection(local: Any, root: Path) -> str:
             "extra": {
                 "namespace": local.namespace,
                 "kube_url": local.kube_url,
-                "history_url": f"sqlite:///{root / 'history.db'}",
+                "history_url": f"sqlite:///{root / 'demo-history.db'}",
                 "checkpoint_root": str(root / "checkpoints"),
             },
         }
@@ -132,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     started = time.monotonic()
     _prepare_airflow(ROOT / "airflow", verbose=args.verbose)
+    # A fresh history per demo run: the demo shows a first night (no fitted model yet), and a busy
+    # machine's history would otherwise (rightly) make admission reject the 3-minute deadline.
+    (ROOT / "demo-history.db").unlink(missing_ok=True)
     from qosflow.local.cluster import LocalCluster
     from qosflow_argo import ArgoCluster
 
