@@ -119,13 +119,15 @@ def _print_outcome(run: Any) -> int:
         print(report["table"])
         print(f"verdict: {report['verdict']}")
         print(f"report PNG: {report['png']}")
-        return 0 if report["met"] else 1
+        if not report["met"]:
+            print("(missed on this run: see the warning about the 2-CPU speedup above, if any)")
+        return 0 if run.state == "success" else 1
     print("no report was written")
     return 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo; exit status 0 when the deadline was met."""
+    """Run the demo; exit status 0 when the pipeline ran and reported (met or missed)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=512, help="trainer width (step cost)")
     parser.add_argument("--deadline-s", type=float, default=DEADLINE_S)
