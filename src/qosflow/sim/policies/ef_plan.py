@@ -197,8 +197,9 @@ class _Planner:
         quota, last_q, last_last = job.above(0), 0, 0
         top = bisect_left(keys, aligned)
         bottom = bisect_left(keys, start)
-        for t in keys[:top]:
-            self.allocs.setdefault(t, 0)
+        filled = dict.fromkeys(keys[:top], 0)
+        filled.update(self.allocs)
+        self.allocs = filled
         speed = job.speed
         while quota <= self.n and quota <= job.cap:
             period_end, acc = aligned, 0.0
@@ -221,33 +222,35 @@ class _Planner:
 
     def forward(self, start: int, point: int, quota: int, last_q: int) -> Plan:
         """Reserve forwards: ``last_q`` before ``point``, ``quota`` from it, until done."""
-        keys, vals, job = self.keys, self.vals, self.job
+        keys, vals, job, allocs = self.keys, self.vals, self.job, self.allocs
+        speed, below, ddl, aligned = job.speed, job.below, self.ddl, self.aligned
         left, last_i, last_a = self.left, -1, 0
-        for i in range(bisect_left(keys, start), bisect_right(keys, self.aligned)):
+        for i in range(bisect_left(keys, start), bisect_right(keys, aligned)):
             t = keys[i]
             if last_i >= 0:
                 lt = keys[last_i]
-                self.allocs[lt] = last_a
+                allocs[lt] = last_a
                 vals[last_i] -= last_a
                 if last_a != 0:
-                    duration = (self.ddl - lt) if t == self.aligned else (t - lt)
-                    its = duration * self.T(last_a)
+                    its = ((ddl - lt) if t == aligned else (t - lt)) * speed[last_a]
                     if lt < point or its < left:
                         left -= its
                     else:
-                        rtl = math.ceil(left / self.T(last_a))
+                        rtl = math.ceil(left / speed[last_a])
                         end, real_end = lt + align(0, rtl, self.slot), lt + rtl
                         self.restore_after(end)
-                        return self.result(real_end <= self.ddl, end, real_end)
+                        return self.result(real_end <= ddl, end, real_end)
             last_i = i
-            last_a = min(quota if t >= point else last_q, job.below(vals[i]))
+            cap = quota if t >= point else last_q
+            free = vals[i]
+            last_a = cap if free >= cap else min(cap, below(free))
         lt = keys[last_i]
-        self.allocs[lt] = last_a
+        allocs[lt] = last_a
         vals[last_i] -= last_a
-        rtl = math.ceil(left / self.T(last_a)) if last_a else 10**12
+        rtl = math.ceil(left / speed[last_a]) if last_a else 10**12
         end, real_end = lt + align(0, rtl, self.slot), lt + rtl
         self.restore_after(end)
-        return self.result(real_end <= self.ddl, end, real_end)
+        return self.result(real_end <= ddl, end, real_end)
 
     def fail(self, start: int, last_q: int, last_last: int, assigned: int | None) -> Plan:
         """No level meets the deadline: run on what is left, then at the cap after the profile."""
