@@ -8,7 +8,10 @@ on a real cluster, the local cluster and in tests. Guarantees:
   and a running segment other than the old one aborts the restart;
 * never losing progress: the new segment resumes from the checkpoint, and the stop must report a
   step count no lower than the last one observed;
-* idempotent: a retried step that finds the next segment already created re-attaches to it.
+* idempotent: a retried step that finds the next segment already created re-attaches to it;
+* not stalled by a stop that ends ``Failed``: when the stopped segment still reported progress at
+  or beyond what was observed (it checkpointed on SIGTERM), the next segment resumes from it; only
+  a segment that failed with no usable progress raises.
 """
 
 from __future__ import annotations
@@ -43,12 +46,16 @@ class Restart:
 
 
 def submit_request(
-    state: TrainingState, *, segment: int, resume: bool, plan: str = "{}"
+    state: TrainingState, *, segment: int, resume: bool, plan: str | None = None
 ) -> SubmitRequest:
-    """The submit request of a segment of the state's job, at the state's size and priority."""
+    """The submit request of a segment of the state's job, at the state's size and priority.
+
+    The plan annotation is ``plan`` when given, else the state's (every segment carries it, so
+    later admissions see the job's guarantee whichever segment runs).
+    """
     spec = state.spec
     return SubmitRequest(
-        job=spec.name,
+        job=state.name,
         segment=segment,
         units=state.units,
         unit=spec.resources.unit,
@@ -62,7 +69,7 @@ def submit_request(
         deadline=spec.deadline,
         checkpoint_dir=state.checkpoint_dir,
         checkpoint_every_steps=spec.checkpoint_every_steps,
-        plan=plan,
+        plan=state.plan if plan is None else plan,
     )
 
 
@@ -71,6 +78,26 @@ def _existing(cluster: ClusterView, job: str, segment: int) -> JobStatus | None:
         if status.segment == segment:
             return status
     return None
+
+
+def _usable(state: TrainingState, before: JobStatus, stopped: JobStatus) -> int:
+    """The step the next segment resumes from; raise when the stop left nothing usable."""
+    seen = before.steps_done or 0
+    at = stopped.steps_done
+    if stopped.phase is Phase.FAILED and (at is None or at <= 0 or at < seen):
+        raise ClusterError(
+            f"{state.workflow} failed while stopping with no usable checkpoint "
+            f"(last step {at}, {seen} observed before): {stopped.message or 'no message'}"
+        )
+    if not stopped.phase.finished:
+        raise ClusterError(f"{state.workflow} did not stop (phase {stopped.phase.value})")
+    at = at or 0
+    if at < seen:
+        raise ClusterError(
+            f"{state.workflow} stopped at step {at}, behind the {seen} already observed: "
+            "refusing to resume from a stale checkpoint"
+        )
+    return at
 
 
 def checkpoint_restart(
@@ -84,41 +111,37 @@ def checkpoint_restart(
 ) -> Restart:
     """Stop the current segment (it checkpoints on SIGTERM) and resume in the next one.
 
+    A stop that ends ``Failed`` (the pod exited non-zero after its SIGTERM checkpoint) still
+    resumes when the segment reported progress at or beyond the last observed step.
+
     Raises:
-        ClusterError: When the old segment failed, reported less progress than before, or another
-            segment of the job is still running.
+        ClusterError: When the old segment failed with no usable progress, reported less progress
+            than before, or another segment of the job is still running.
     """
     spec = state.spec
+    job = state.name
     nxt = state.segment + 1
     new_state = state.evolve(
         segment=nxt,
-        workflow=f"{spec.name}-s{nxt}",
+        workflow=f"{job}-s{nxt}",
         units=units,
         priority_class=priority_class,
         priority=priority,
         last_rescale_at=cluster.now(),
     )
-    again = _existing(cluster, spec.name, nxt)
+    again = _existing(cluster, job, nxt)
     if again is not None:  # a retried try: the next segment exists already
         return Restart(new_state, again, again.steps_done or 0, finished=False)
     before = cluster.status(state.workflow)
     if before.phase is Phase.SUCCEEDED:
         return Restart(state, before, before.steps_done or spec.total_steps, finished=True)
+    if before.phase is Phase.FAILED:  # failed on its own, before any stop: not ours to resume
+        raise ClusterError(f"{state.workflow} failed: {before.message or 'no message'}")
     stopped = before if before.phase.finished else cluster.stop(state.workflow, message=reason)
     if stopped.phase is Phase.SUCCEEDED:
         return Restart(state, stopped, stopped.steps_done or spec.total_steps, finished=True)
-    if stopped.phase is Phase.FAILED:
-        raise ClusterError(f"{state.workflow} failed while stopping: {stopped.message}")
-    if not stopped.phase.finished:
-        raise ClusterError(f"{state.workflow} did not stop (phase {stopped.phase.value})")
-    seen = before.steps_done or 0
-    at = stopped.steps_done or 0
-    if at < seen:
-        raise ClusterError(
-            f"{state.workflow} stopped at step {at}, behind the {seen} already observed: "
-            "refusing to resume from a stale checkpoint"
-        )
-    running = [s.name for s in cluster.list_jobs(spec.name) if not s.phase.finished]
+    at = _usable(state, before, stopped)
+    running = [s.name for s in cluster.list_jobs(job) if not s.phase.finished]
     if running:
         raise ClusterError(f"segments still running: {', '.join(running)}; not resubmitting")
     status = cluster.submit(submit_request(new_state, segment=nxt, resume=True))

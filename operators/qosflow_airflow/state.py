@@ -107,6 +107,9 @@ class TrainingState:
         checkpoint_dir: Checkpoint directory shared by all segments.
         last_rescale_at: When the size last changed (epoch seconds), ``None`` before any change.
         history_url: SQLAlchemy URL of the history store.
+        job_id: The run-unique job id naming the workflows (``<id>-s<k>``); empty: the spec's
+            name (states written before job ids existed).
+        plan: The plan JSON every segment carries in its ``qosflow.dev/plan`` annotation.
     """
 
     job: Mapping[str, Any]
@@ -119,6 +122,13 @@ class TrainingState:
     checkpoint_dir: str
     last_rescale_at: float | None = None
     history_url: str = ""
+    job_id: str = ""
+    plan: str = "{}"
+
+    @property
+    def name(self) -> str:
+        """The job id the workflows are named and labelled by."""
+        return self.job_id or str(self.job["name"])
 
     @property
     def spec(self) -> JobSpec:
@@ -150,6 +160,8 @@ class TrainingState:
             checkpoint_dir=str(data["checkpoint_dir"]),
             last_rescale_at=None if last is None else float(last),
             history_url=str(data.get("history_url", "")),
+            job_id=str(data.get("job_id", "")),
+            plan=str(data.get("plan", "{}")),
         )
 
 

@@ -30,6 +30,9 @@ from dataclasses import dataclass, field, replace  # noqa: E402
 import pytest  # noqa: E402
 
 from qosflow.cluster import (  # noqa: E402
+    ANNOTATION_PLAN,
+    LABEL_JOB,
+    LABEL_MANAGED,
     Capacity,
     JobStatus,
     Phase,
@@ -38,6 +41,26 @@ from qosflow.cluster import (  # noqa: E402
     SubmitRequest,
 )
 from qosflow.errors import NotFoundError  # noqa: E402
+
+
+@dataclass
+class FakeArgo:
+    """The Argo Server side of the fake: workflows with their labels and plan annotations."""
+
+    cluster: FakeCluster
+
+    def list_workflows(self, label_selector: str) -> list[dict]:
+        assert label_selector.startswith(f"{LABEL_MANAGED}=true")
+        return [
+            {
+                "metadata": {
+                    "name": r.name,
+                    "labels": {LABEL_JOB: r.job, LABEL_MANAGED: "true"},
+                    "annotations": {ANNOTATION_PLAN: r.plan},
+                }
+            }
+            for r in self.cluster.requests
+        ]
 
 
 @dataclass
@@ -58,6 +81,10 @@ class FakeCluster:
     jobs: dict[str, JobStatus] = field(default_factory=dict)
     requests: list[SubmitRequest] = field(default_factory=list)
     progress: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def argo(self) -> FakeArgo:
+        return FakeArgo(self)
 
     def now(self) -> float:
         return self.clock

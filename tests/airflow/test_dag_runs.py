@@ -122,6 +122,11 @@ def _acts(tis):
     ]
 
 
+def _workflows(cluster, name):
+    """The workflows of every run of the job ``name`` (job ids are ``<name>-<hash>``)."""
+    return [w for w in cluster.list_jobs() if w.job.rsplit("-", 1)[0] == name]
+
+
 def test_a_under_provisioned_job_scales_up_and_meets_its_deadline(
     airflow_db, rate, cluster, tmp_path
 ):
@@ -161,7 +166,7 @@ def test_c_impossible_deadline_is_rejected_at_plan_with_a_counter_offer(
     assert run.state == "failed"
     assert tis["training.plan"].state == "failed"
     assert tis["training.submit"].state == "upstream_failed"
-    assert cluster.list_jobs(name) == []
+    assert _workflows(cluster, name) == []
     # the plan's failure names the counter-offer
     from qosflow_airflow.operators.plan import PlanTrainingOperator
 
@@ -181,7 +186,7 @@ def test_d_a_failing_pod_fails_the_sensor_with_its_message_and_nothing_is_resubm
     assert run.state == "failed"
     assert tis["training.round_1.watch"].state == "failed"
     assert tis["training.round_2.watch"].state == "upstream_failed"
-    workflows = cluster.list_jobs(name)
+    workflows = _workflows(cluster, name)
     assert [w.segment for w in workflows] == [0]
     assert workflows[0].message
     report = _xcom(tis, "training.finish", key="report")
@@ -200,9 +205,10 @@ def test_e_a_retried_submit_leaves_one_workflow(airflow_db, cluster, tmp_path):
     submit = SubmitTrainingOperator(task_id="submit", plan_task_id="plan")
     first = submit.execute({"ti": ti})
     second = SubmitTrainingOperator(task_id="submit", plan_task_id="plan").execute({"ti": ti})
-    assert first["workflow"] == second["workflow"] == f"{name}-s0"
-    assert [w.name for w in cluster.list_jobs(name)] == [f"{name}-s0"]
-    cluster.stop(f"{name}-s0", message="test over")
+    workflow = f"{plan['job_id']}-s0"
+    assert first["workflow"] == second["workflow"] == workflow
+    assert [w.name for w in _workflows(cluster, name)] == [workflow]
+    cluster.stop(workflow, message="test over")
 
 
 def test_f_a_triggerer_restart_mid_watch_resumes_the_same_workflow(
@@ -231,10 +237,11 @@ def test_f_a_triggerer_restart_mid_watch_resumes_the_same_workflow(
         await agen.aclose()
 
     asyncio.run(interrupted())
-    assert not cluster.status(f"{name}-s0").phase.finished
+    workflow = f"{plan['job_id']}-s0"
+    assert not cluster.status(workflow).phase.finished
     _path, kwargs = first.serialize()
     second = DeadlineProgressTrigger(**json.loads(json.dumps(kwargs)))
     event = asyncio.run(second.run().asend(None))
     assert event.payload["status"] == "done"
-    assert event.payload["workflow"] == f"{name}-s0"
-    assert [w.name for w in cluster.list_jobs(name)] == [f"{name}-s0"]
+    assert event.payload["workflow"] == workflow
+    assert [w.name for w in _workflows(cluster, name)] == [workflow]

@@ -200,11 +200,105 @@ def test_each_action_maps_to_its_configured_task():
     at_risk = {"action": "at_risk", "units": 2}
     assert branch_for(at_risk, branches, current_units=1) == "g.rescale"
     assert branch_for(at_risk, branches, current_units=2) == "g.bump"
-    assert branch_for({"action": "at_risk", "units": 1}, branches, current_units=2) == "g.bump"
+    # above the throughput knee a smaller size is faster: at risk follows the target down too
+    assert branch_for({"action": "at_risk", "units": 1}, branches, current_units=2) == "g.rescale"
+    assert branch_for({"action": "at_risk", "units": 1}, branches) == "g.bump"  # no current size
     with pytest.raises(AirflowFailException, match="unknown action"):
         branch_for({"action": "panic"}, branches)
     with pytest.raises(AirflowFailException, match="no branch configured"):
         branch_for({"action": "bump"}, {"done": "g.done"})
+
+
+def test_the_branch_operator_rescales_down_when_at_risk_with_a_smaller_target():
+    from qosflow_airflow.operators.branch import DeadlineBranchOperator
+
+    op = DeadlineBranchOperator(
+        task_id="decide",
+        watch_task_id="w",
+        branches={"at_risk": "g.bump", "scale_up": "g.up", "scale_down": "g.down"},
+    )
+    event = {"decision": {"action": "at_risk", "units": 2}, "units": 4}
+    assert op.choose_branch({"ti": _ti({("w", "return_value"): event})}) == "g.down"
+    event = {"decision": {"action": "at_risk", "units": 4}, "units": 4}
+    assert op.choose_branch({"ti": _ti({("w", "return_value"): event})}) == "g.bump"
+
+
+# ------------------------------------------------------------------ admission and job ids
+
+
+def _ctx(run_id, xcoms=None):
+    ti = _ti(dict(xcoms or {}))
+    return {"ti": ti, "dag": None, "run_id": run_id}
+
+
+def _plan(name, deadline, run_id, **over):
+    from qosflow_airflow.operators.plan import PlanTrainingOperator
+
+    data = job(name=name, deadline=deadline, step_seconds_estimate=1.0)
+    data.update(over)
+    return PlanTrainingOperator(task_id="plan", job=data).execute(_ctx(run_id))
+
+
+def _submit(plan, run_id):
+    from qosflow_airflow.operators.plan import SubmitTrainingOperator
+
+    ctx = _ctx(run_id, {("plan", "return_value"): plan})
+    return SubmitTrainingOperator(task_id="submit", plan_task_id="plan").execute(ctx)
+
+
+def test_plan_admits_against_the_jobs_already_guaranteed_on_the_cluster(fake_cluster):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    alone = _plan("second", "PT10M", "r0")
+    assert alone["verdict"] == "guaranteed" and alone["admitted"] == []
+    first = _plan("first", "PT10M", "r1")
+    assert first["verdict"] == "guaranteed" and first["units"] == 2
+    _submit(first, "r1")
+    block = json.loads(fake_cluster.requests[0].plan)["admission"]
+    assert block["kind"] == "guaranteed" and block["total_steps"] == 400
+    assert block["levels"] == [1, 2] and len(block["step_time"]) == 2
+    second = _plan("second", "PT10M", "r2")  # fits alone, not next to "first"
+    assert second["admitted"] == [first["job_id"]]
+    assert second["verdict"] == "best_effort"
+    deadline = datetime.fromisoformat(second["job"]["deadline"]).timestamp()
+    assert second["counter_offer"] > deadline
+    with pytest.raises(AirflowFailException, match=r"rejected at admission.*counter-offer"):
+        _plan("second", "PT10M", "r3", if_not_guaranteed="reject")
+    later = _plan("second", "PT30M", "r4")  # a later deadline fits next to it
+    assert later["verdict"] == "guaranteed"
+
+
+def test_best_effort_and_finished_jobs_reserve_nothing(fake_cluster):
+    from dataclasses import replace
+
+    first = _plan("first", "PT10M", "r1")
+    _submit(first, "r1")
+    best = _plan("third", "PT10M", "r3")  # next to "first": best effort
+    assert best["verdict"] == "best_effort"
+    _submit(best, "r3")
+    assert json.loads(fake_cluster.requests[1].plan)["admission"]["kind"] == "best_effort"
+    wf = f"{first['job_id']}-s0"
+    fake_cluster.jobs[wf] = replace(fake_cluster.jobs[wf], phase=Phase.SUCCEEDED)
+    again = _plan("second", "PT10M", "r4")
+    assert again["admitted"] == [] and again["verdict"] == "guaranteed"
+
+
+def test_each_run_gets_its_own_workflows_and_a_retried_submit_reattaches(fake_cluster):
+    first = _plan("ctr-nightly", "PT10M", "scheduled__1")
+    second = _plan("ctr-nightly", "PT20M", "scheduled__2")
+    assert first["job_id"] != second["job_id"]
+    assert first["job_id"].startswith("ctr-nightly-")
+    a = _submit(first, "scheduled__1")
+    b = _submit(second, "scheduled__2")
+    assert a["workflow"] == f"{first['job_id']}-s0" != b["workflow"]
+    assert _submit(first, "scheduled__1")["workflow"] == a["workflow"]  # a retry: same workflow
+    assert len(fake_cluster.requests) == 2
+    assert {r.checkpoint_dir.rsplit("/", 1)[-1] for r in fake_cluster.requests} == {
+        first["job_id"],
+        second["job_id"],
+    }
+    long = _plan("x" * 63, "PT20M", "scheduled__3")
+    assert len(long["job_id"]) <= 63
 
 
 # ------------------------------------------------------------------ task group structure
@@ -422,6 +516,50 @@ def test_restart_refuses_a_stale_checkpoint(fake_cluster):
     with (
         mock.patch.object(fake_cluster, "stop", return_value=stale),
         pytest.raises(ClusterError, match="stale checkpoint"),
+    ):
+        checkpoint_restart(fake_cluster, st, units=2, priority_class="x", priority=1, reason="t")
+    assert len(fake_cluster.requests) == 1
+
+
+def test_a_stop_that_ends_failed_still_resumes_from_its_checkpoint(fake_cluster):
+    from dataclasses import replace
+
+    from qosflow_airflow.restart import checkpoint_restart, submit_request
+
+    st = state()
+    fake_cluster.submit(submit_request(st, segment=0, resume=False))
+    for _ in range(3):
+        fake_cluster.status(st.workflow)
+
+    def stop_ends_failed(name, *, message=""):  # the pod exits 143 after its SIGTERM checkpoint
+        fake_cluster.jobs[name] = replace(
+            fake_cluster.jobs[name], phase=Phase.FAILED, message="exit code 143"
+        )
+        return fake_cluster.jobs[name]
+
+    with mock.patch.object(fake_cluster, "stop", side_effect=stop_ends_failed):
+        r = checkpoint_restart(
+            fake_cluster, st, units=2, priority_class="x", priority=1, reason="t"
+        )
+    assert r.resumed_from == fake_cluster.jobs[st.workflow].steps_done > 0
+    assert r.state.workflow == "unit-job-s1" and not r.finished
+    assert fake_cluster.requests[-1].resume is True and len(fake_cluster.requests) == 2
+    assert fake_cluster.status("unit-job-s1").steps_done >= r.resumed_from
+
+
+def test_a_stop_that_ends_failed_without_progress_raises_and_resubmits_nothing(fake_cluster):
+    from dataclasses import replace
+
+    from qosflow_airflow.restart import checkpoint_restart, submit_request
+
+    st = state()
+    fake_cluster.submit(submit_request(st, segment=0, resume=False))
+    running = replace(fake_cluster.jobs[st.workflow], phase=Phase.RUNNING, steps_done=None)
+    failed = replace(running, phase=Phase.FAILED, message="CrashLoop")
+    with (
+        mock.patch.object(fake_cluster, "status", return_value=running),
+        mock.patch.object(fake_cluster, "stop", return_value=failed),
+        pytest.raises(ClusterError, match=r"no usable checkpoint.*CrashLoop"),
     ):
         checkpoint_restart(fake_cluster, st, units=2, priority_class="x", priority=1, reason="t")
     assert len(fake_cluster.requests) == 1

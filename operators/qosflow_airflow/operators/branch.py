@@ -19,9 +19,10 @@ def branch_for(
 ) -> str:
     """The task id for a decision's action (``done`` when the watch saw the job end).
 
-    ``at_risk`` with a bigger size than the current one goes to the rescale branch (the most the
-    job can get is worth more than a priority class a running pod cannot change); at risk, a job
-    never gives units away, so a smaller size goes to the bump branch.
+    ``at_risk`` follows the decision's target size whenever it differs from the current one: a
+    bigger one is the most the job can get, a smaller one is faster when the job runs above its
+    throughput knee. Either goes to the rescale branch (as ``scale_up``/``scale_down``); only at
+    the target size already (or with no target) does ``at_risk`` go to its own (bump) branch.
 
     Raises:
         AirflowFailException: When the decision is missing or its action has no branch.
@@ -31,13 +32,18 @@ def branch_for(
     action = str(decision.get("action", ""))
     if action not in ACTIONS:
         raise AirflowFailException(f"decision.action: unknown action {action!r}")
-    target = decision.get("units")
-    bigger = target is not None and current_units is not None and int(target) > current_units
-    if action == "at_risk" and bigger:  # never give units away while at risk
-        action = "scale_up"
+    if action == "at_risk":
+        action = _resize_direction(decision.get("units"), current_units) or action
     if action not in branches:
         raise AirflowFailException(f"no branch configured for action {action!r}")
     return branches[action]
+
+
+def _resize_direction(target: Any, current: int | None) -> str | None:
+    """``scale_up``/``scale_down`` when the target size differs from the current one."""
+    if target is None or current is None or int(target) == current:
+        return None
+    return "scale_up" if int(target) > current else "scale_down"
 
 
 class DeadlineBranchOperator(BaseBranchOperator):

@@ -1,8 +1,10 @@
 """``PlanTrainingOperator`` and ``SubmitTrainingOperator``: admit and size a job, then launch it.
 
 Planning is :func:`qosflow.planning.plan_job` on live data: the history store's prior and
-calibration for the job's key, and the cluster's free capacity. The plan goes to XCom as JSON with
-its reason in words. ``rejected`` fails the task without retry and names the counter-offer
+calibration for the job's key, the cluster's capacity, and the jobs already guaranteed on it (read
+back from their workflows' plan annotations, :mod:`qosflow_airflow.admitted`). The plan goes to
+XCom as JSON with its reason in words, the run-unique job id that names the workflows, and the
+admission block the workflows' plan annotation carries for later plans. ``rejected`` fails the task without retry and names the counter-offer
 deadline; nothing is submitted. ``best_effort`` continues with a warning naming the counter-offer.
 """
 
@@ -21,6 +23,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from qosflow.errors import SpecError
 from qosflow.spec import JobSpec, load_job
+from qosflow_airflow.admitted import ADMISSION_KEY, admission_block, admitted_jobs, job_id
 from qosflow_airflow.operators.base import QosflowOperator, guarded
 from qosflow_airflow.restart import submit_request
 from qosflow_airflow.state import TrainingState, job_from_dict, job_to_dict, json_safe
@@ -117,11 +120,15 @@ class PlanTrainingOperator(QosflowOperator):
             calibration = store.calibration(spec.key)
         finally:
             store.close()
+        run_id = context.get("run_id") or ""
+        ident = job_id(spec.name, spec.key, spec.deadline, run_id)
+        active = admitted_jobs(cluster, unit=res.unit, exclude=ident)
         capacity = cluster.capacity(res.unit)
         plan = plan_job(
             spec,
-            capacity=capacity.free,
+            capacity=min(capacity.free + active.held_units, capacity.total),
             now=now,
+            admitted=active.guaranteed,
             prior=prior,
             calibration=calibration,
         )
@@ -150,12 +157,19 @@ class PlanTrainingOperator(QosflowOperator):
             plan.priority_class,
             verdict.reason,
         )
+        annotation = plan.to_dict()
+        if plan.candidate is not None:
+            annotation[ADMISSION_KEY] = admission_block(
+                plan.candidate, verdict.kind, spec.total_steps, res.unit
+            )
         return cast(
             "dict[str, Any]",
             json_safe(
                 {
                     "job": job_to_dict(spec),
-                    "plan": plan.to_dict(),
+                    "job_id": ident,
+                    "admitted": [a.name for a in active.guaranteed],
+                    "plan": annotation,
                     "units": units,
                     "verdict": verdict.kind,
                     "reason": verdict.reason,
@@ -189,7 +203,7 @@ class SubmitTrainingOperator(QosflowOperator):
     Args:
         plan_task_id: The plan step's task id.
         checkpoint_dir: Where the segments keep checkpoints; default
-            ``<connection checkpoint_root>/<job name>``.
+            ``<connection checkpoint_root>/<job id>`` (the plan's run-unique id).
         **kwargs: ``conn_id`` and the usual operator arguments.
     """
 
@@ -211,11 +225,12 @@ class SubmitTrainingOperator(QosflowOperator):
 
     def _submit(self, context: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
         spec = job_from_dict(plan["job"])
-        root = self.checkpoint_dir or os.path.join(self.hook.config.checkpoint_root, spec.name)
+        ident = str(plan.get("job_id") or spec.name)
+        root = self.checkpoint_dir or os.path.join(self.hook.config.checkpoint_root, ident)
         ckpt = root if os.path.isabs(root) else str(Path(root).resolve())
         state = TrainingState(
             job=plan["job"],
-            workflow=f"{spec.name}-s0",
+            workflow=f"{ident}-s0",
             segment=0,
             units=int(plan["units"]),
             priority_class=str(plan["priority_class"]),
@@ -223,9 +238,11 @@ class SubmitTrainingOperator(QosflowOperator):
             guaranteed=plan["verdict"] == "guaranteed",
             checkpoint_dir=ckpt,
             history_url=str(plan.get("history_url", "")),
+            job_id=ident,
+            plan=json.dumps(plan["plan"]),
         )
         cluster = self.hook.get_cluster()
-        request = submit_request(state, segment=0, resume=False, plan=json.dumps(plan["plan"]))
+        request = submit_request(state, segment=0, resume=False)
         status = cluster.submit(request)
         state = state.evolve(workflow=status.name)
         self.push_state(context, state)
