@@ -1,8 +1,9 @@
 """Three teams, three deadlines, one cluster: admission and priority at work.
 
-Each job gets its own ``deadline_training`` group; all three are planned against the same cluster
-at the same time, from the teams' step-time estimates on the first run and from the history store
-afterwards. Admission reserves units for the jobs it guarantees, runs the rest best effort
+Each job gets its own ``deadline_training`` group, planned against the same cluster from the teams'
+step-time estimates on the first run and from the history store afterwards. The jobs are planned
+one after the other, earliest deadline first, each once the previous one is submitted, so each
+admission sees the guarantees already given. Admission reserves units for the jobs it guarantees, runs the rest best effort
 (with the earliest deadline that would have passed as a counter-offer), and the priority ladder
 orders their pods by laxity: the tight ``ranking`` job outranks ``embeddings``, which outranks the
 relaxed ``forecast`` job.
@@ -28,12 +29,13 @@ with DAG(
     tags=["qosflow", "example"],
     doc_md=__doc__,
 ) as dag:
+    submitted = None
     for team, steps, deadline in (
         ("ranking", 300, "PT4M"),
         ("embeddings", 300, "PT8M"),
         ("forecast", 200, "PT20M"),
     ):
-        deadline_training(
+        group = deadline_training(
             {
                 "name": f"{team}-{RUN}",
                 "key": team,
@@ -49,3 +51,6 @@ with DAG(
             group_id=team,
             poll_interval=3.0,
         )
+        if submitted is not None:  # admit after the guarantees already given
+            submitted >> group.children[f"{team}.plan"]
+        submitted = group.children[f"{team}.submit"]

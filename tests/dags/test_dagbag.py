@@ -46,3 +46,7 @@ def test_multi_tenant_has_three_independent_jobs_on_one_connection(dagbag):
     assert {t.conn_id for t in dag.tasks if hasattr(t, "conn_id")} == {"qosflow_default"}
     deadlines = {t.task_id: t.job["deadline"] for t in plans}
     assert len(set(deadlines.values())) == 3
+    # planned one after the other, so each admission sees the jobs already guaranteed
+    assert "ranking.submit" in dag.get_task("embeddings.plan").upstream_task_ids
+    assert "embeddings.submit" in dag.get_task("forecast.plan").upstream_task_ids
+    assert not dag.get_task("ranking.plan").upstream_task_ids
