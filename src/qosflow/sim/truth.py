@@ -14,7 +14,6 @@ the progress samples the simulator observed.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -138,7 +137,7 @@ class LearnedBelief(Belief):
         )
         result = core_speed.fit(progress, node_size=self._node_size, prior=prior)
         model = result.model if result.success else prior
-        table = {k: 1.0 / model.step_time(k) for k in levels if math.isfinite(model.step_time(k))}
-        out = MappingProxyType({k: v for k, v in table.items() if v > 0})
+        # SpeedModel.throughput is 0 for a non-finite or zero step time (no division by zero).
+        out = MappingProxyType({k: v for k in levels if (v := model.throughput(k)) > 0})
         self._cache = {key: out}
         return out
