@@ -1,35 +1,13 @@
-"""A fresh AIRFLOW_HOME per pytest session, set before anything imports airflow."""
+"""Fixtures of the Airflow tests (AIRFLOW_HOME and the DAG bundles are set in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+import pytest
 
-if "QOSFLOW_TEST_AIRFLOW_HOME" not in os.environ:
-    os.environ["QOSFLOW_TEST_AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="qosflow-airflow-")
-os.environ["AIRFLOW_HOME"] = os.environ["QOSFLOW_TEST_AIRFLOW_HOME"]
-os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
-os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
-# a second DAG bundle with the scenario DAGs the Airflow tests run (dag.test() needs bundle DAGs)
-_LOCAL = "airflow.dag_processing.bundles.local.LocalDagBundle"
-_SCENARIOS = Path(__file__).resolve().parents[1] / "airflow" / "dag_files"
-os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
-    [
-        {"name": "dags-folder", "classpath": _LOCAL, "kwargs": {}},
-        {"name": "qosflow-tests", "classpath": _LOCAL, "kwargs": {"path": str(_SCENARIOS)}},
-    ]
-)
-
-from dataclasses import dataclass, field, replace  # noqa: E402
-
-import pytest  # noqa: E402
-
-from qosflow.cluster import (  # noqa: E402
+from qosflow.cluster import (
     ANNOTATION_PLAN,
     LABEL_JOB,
     LABEL_MANAGED,
@@ -40,7 +18,7 @@ from qosflow.cluster import (  # noqa: E402
     ResizeState,
     SubmitRequest,
 )
-from qosflow.errors import NotFoundError  # noqa: E402
+from qosflow.errors import NotFoundError
 
 
 @dataclass

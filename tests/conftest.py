@@ -1,4 +1,4 @@
-"""A fresh AIRFLOW_HOME per pytest session, set before anything imports airflow."""
+"""Session-wide test set-up: a fresh AIRFLOW_HOME (and the DAG bundles) set before anything imports airflow."""
 
 from __future__ import annotations
 
