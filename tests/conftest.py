@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+DAGS = Path(__file__).resolve().parents[1] / "dags"
 
 if "QOSFLOW_TEST_AIRFLOW_HOME" not in os.environ:
     os.environ["QOSFLOW_TEST_AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="qosflow-airflow-")
@@ -17,7 +17,7 @@ os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(DAGS)
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 # a second DAG bundle with the scenario DAGs the Airflow tests run (dag.test() needs bundle DAGs)
 _LOCAL = "airflow.dag_processing.bundles.local.LocalDagBundle"
-_SCENARIOS = Path(__file__).resolve().parents[1] / "airflow" / "dag_files"
+_SCENARIOS = Path(__file__).resolve().parent / "airflow" / "dag_files"
 os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
     [
         {"name": "dags-folder", "classpath": _LOCAL, "kwargs": {}},
