@@ -15,6 +15,18 @@ EXAMPLES = ROOT / "examples"
 NOW = "2026-11-29T22:00:00+00:00"
 
 
+def unknown_speed_job(tmp_path: Path, *, policy: str = "run_best_effort") -> Path:
+    """The example job without its step-time estimate (no history either): nothing known about its speed."""
+    spec = (
+        (EXAMPLES / "ctr-nightly.yaml")
+        .read_text()
+        .replace("step_seconds_estimate", "# step_seconds_estimate")
+    )
+    path = tmp_path / "job.yaml"
+    path.write_text(spec.replace("run_best_effort", policy))
+    return path
+
+
 def test_plan_prints_verdict_size_finish_times_and_schedule(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -39,13 +51,8 @@ def test_plan_prints_verdict_size_finish_times_and_schedule(
 def test_plan_without_any_speed_information_probes_instead_of_promising(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = (
-        (EXAMPLES / "ctr-nightly.yaml")
-        .read_text()
-        .replace("step_seconds_estimate", "# step_seconds_estimate")
-    )
-    (tmp_path / "job.yaml").write_text(spec)
-    assert main(["plan", str(tmp_path / "job.yaml"), "--cluster", "4x8", "--now", NOW]) == 0
+    job = unknown_speed_job(tmp_path)
+    assert main(["plan", str(job), "--cluster", "4x8", "--now", NOW]) == 0
     out = capsys.readouterr().out
     assert "best_effort" in out and "no speed is known" in out
 
@@ -149,12 +156,8 @@ def test_bad_progress_logs_are_refused(
 def test_unknown_speed_with_hard_reject_policy_is_rejected(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = (EXAMPLES / "ctr-nightly.yaml").read_text()
-    spec = spec.replace("step_seconds_estimate", "# step_seconds_estimate").replace(
-        "run_best_effort", "reject"
-    )
-    (tmp_path / "job.yaml").write_text(spec)
-    assert main(["plan", str(tmp_path / "job.yaml"), "--cluster", "4x8", "--now", NOW]) == 0
+    job = unknown_speed_job(tmp_path, policy="reject")
+    assert main(["plan", str(job), "--cluster", "4x8", "--now", NOW]) == 0
     out = capsys.readouterr().out
     assert "rejected" in out and "if_not_guaranteed: reject" in out
     assert "no schedule yet" in out
@@ -163,13 +166,8 @@ def test_unknown_speed_with_hard_reject_policy_is_rejected(
 def test_replay_without_steady_progress_is_measuring_not_at_risk(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    spec = (
-        (EXAMPLES / "ctr-nightly.yaml")
-        .read_text()
-        .replace("step_seconds_estimate", "# step_seconds_estimate")
-    )
-    (tmp_path / "job.yaml").write_text(spec)
+    job = unknown_speed_job(tmp_path)
     (tmp_path / "p.csv").write_text("time,steps,units\n5,2,1\n")
-    assert main(["replay", str(tmp_path / "job.yaml"), str(tmp_path / "p.csv"), "--now", NOW]) == 0
+    assert main(["replay", str(job), str(tmp_path / "p.csv"), "--now", NOW]) == 0
     out = capsys.readouterr().out
     assert "on_track" in out and "measuring" in out and "at_risk" not in out
