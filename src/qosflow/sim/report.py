@@ -17,6 +17,7 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -96,6 +97,17 @@ def write_jobs(runs: Sequence[PolicyRun], path: Path) -> None:
                 )
 
 
+def _save(fig: Any, ax: Any, path: Path, title: str) -> None:
+    """Title, legend and a reproducible PNG (no software stamp), then free the figure."""
+    import matplotlib.pyplot as plt
+
+    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
 def plot_satisfaction(
     runs: Sequence[PolicyRun], bound: float | None, path: Path, title: str
 ) -> None:
@@ -122,11 +134,7 @@ def plot_satisfaction(
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("policy")
     ax.set_ylabel("deadline satisfaction ratio")
-    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    _save(fig, ax, path, title)
 
 
 def plot_lateness(runs: Sequence[PolicyRun], path: Path, title: str) -> None:
@@ -149,11 +157,7 @@ def plot_lateness(runs: Sequence[PolicyRun], path: Path, title: str) -> None:
     ax.axvline(0.0, color="grey", linewidth=0.8)
     ax.set_xlabel("finish − deadline (hours; < 0 is on time)")
     ax.set_ylabel("share of finished deadline jobs")
-    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    _save(fig, ax, path, title)
 
 
 def plot_utilisation(runs: Sequence[PolicyRun], capacity: int, path: Path, title: str) -> None:
@@ -174,11 +178,7 @@ def plot_utilisation(runs: Sequence[PolicyRun], capacity: int, path: Path, title
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("time since first arrival (hours)")
     ax.set_ylabel("units in use / capacity")
-    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    _save(fig, ax, path, title)
 
 
 def write_all(
