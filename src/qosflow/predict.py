@@ -9,6 +9,7 @@ model; the conservative finish uses the 90th percentile of the parameter-bootstr
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -121,7 +122,7 @@ def belief_from_fit(
         at_low = float(fit.model.step_time(low)) * max(calibration.factor, 1.0) * low
         cons = np.where(ns < low, np.maximum(cons, at_low / ns), cons)
     table = {
-        n: (1.0 / c if c > 0 and math.isfinite(c) else 0.0)
+        n: (1.0 / max(c, sys.float_info.min) if c > 0 and math.isfinite(c) else 0.0)
         for n, c in zip(ordered, cons.tolist(), strict=True)
     }
     return Belief(

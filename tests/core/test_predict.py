@@ -6,7 +6,7 @@ import itertools
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from qosflow.predict import (
@@ -100,6 +100,13 @@ def _monotone_fit(model: SpeedModel, boot_scale: list[float]) -> FitResult:
     return FitResult(True, model, 0.0, 10, (1,), "constructed", boot)
 
 
+@example(  # a subnormal step time once overflowed 1/c to an infinite throughput ("not allowed")
+    model=SpeedModel(0.0, 2.2250738585072014e-308, 0.0, 0.0, 0.0, node_size=8),
+    scales=[1.0, 1.0],
+    done=0,
+    total=1,
+    factor=1.0,
+)
 @settings(max_examples=200, deadline=None)
 @given(
     model=monotone,
