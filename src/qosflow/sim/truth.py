@@ -9,17 +9,21 @@ so a run is reproducible.
 
 Belief is separate: :class:`OracleBelief` shows policies the true table (as ElasticFlow assumes);
 :class:`LearnedBelief` shows them only a speed model fitted by the core (``qosflow.speed.fit``) on
-the progress samples the simulator observed.
+the progress samples the simulator observed, as :class:`FittedSpeeds`: the fitted model tabulated
+on the allowed levels *and* the fit itself, so the simulator's adapter
+(:mod:`qosflow.sim.adapter`) builds the same belief from it as the Airflow watch does
+(:func:`qosflow.predict.belief_from_fit`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
 import numpy as np
 
+from qosflow import speed as core_speed
 from qosflow.errors import SpecError
 from qosflow.trace import ThroughputTable, TraceJob
 
@@ -107,6 +111,72 @@ class OracleBelief(Belief):
         return self._truth.curve(job)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class FittedSpeeds(Mapping[int, float]):
+    """Learned speeds: the fitted model tabulated by unit count, with the fit it comes from.
+
+    It reads as the plain ``{units: iterations/s}`` mapping every policy expects (and compares
+    equal to one with the same items); the qosflow policy's adapter reads :attr:`fit` to build
+    its belief with the core's :func:`qosflow.predict.belief_from_fit`, the function the Airflow
+    watch uses, instead of re-deriving bounds from the tabulated medians.
+
+    Attributes:
+        fit: The core's fit on the observed progress (``success=False``: the prior's shape).
+        table: Median iterations/s of ``fit.model`` at each allowed level with a finite step time.
+        prior: The prior the fit was made with.
+    """
+
+    fit: core_speed.FitResult
+    table: Mapping[int, float]
+    prior: core_speed.SpeedModel
+
+    def __getitem__(self, units: int) -> float:
+        """Median iterations/s at ``units``."""
+        return self.table[units]
+
+    def __iter__(self) -> Iterator[int]:
+        """Unit counts, ascending."""
+        return iter(self.table)
+
+    def __len__(self) -> int:
+        """Number of tabulated unit counts."""
+        return len(self.table)
+
+
+def request_prior(truth: Truth, job: TraceJob, node_size: int) -> core_speed.SpeedModel:
+    """The speed a user knows before the job ran: the table at ``num_gpu``, the core's prior shape.
+
+    The value measured once at the requested size (the smallest level's value when the request
+    is not an allowed size) anchors :func:`qosflow.speed.pessimistic_prior` at ``num_gpu``: the
+    shape the core assumes for every size nothing was measured at. On the Airflow side this is
+    the history store's prior of the job's key.
+    """
+    levels = sorted(truth.curve(job))
+    known = truth.speed(job, job.num_gpu) or truth.curve(job)[levels[0]]
+    return core_speed.pessimistic_prior(node_size, step_time=1.0 / known, units=job.num_gpu)
+
+
+def fitted_speeds(
+    samples: Sequence[tuple[float, float, int]],
+    *,
+    levels: Sequence[int],
+    node_size: int,
+    prior: core_speed.SpeedModel,
+) -> FittedSpeeds:
+    """Fit ``qosflow.speed`` on observed ``(time, done, units)`` samples; tabulate on ``levels``.
+
+    The tabulated median is the fit's model whether or not the fit succeeded (a fit without a
+    steady window is the prior's shape): exactly the median
+    :func:`qosflow.predict.belief_from_fit` plans on.
+    """
+    progress = [core_speed.ProgressSample(t, int(d), u) for t, d, u in samples]
+    result = core_speed.fit(progress, node_size=node_size, prior=prior)
+    model = result.model
+    # SpeedModel.throughput is 0 for a non-finite or zero step time (no division by zero).
+    table = MappingProxyType({k: v for k in sorted(levels) if (v := model.throughput(k)) > 0})
+    return FittedSpeeds(result, table, prior)
+
+
 class LearnedBelief(Belief):
     """Policies see speeds fitted by the core from the observed progress of each job.
 
@@ -118,26 +188,20 @@ class LearnedBelief(Belief):
         """Wrap the truth (used only for the levels that exist and the single known point)."""
         self._truth = truth
         self._node_size = node_size
-        self._cache: dict[tuple[str, int], Mapping[int, float]] = {}
+        self._cache: dict[tuple[str, int], FittedSpeeds] = {}
 
     def speeds(
         self, job: TraceJob, samples: Sequence[tuple[float, float, int]]
     ) -> Mapping[int, float]:
-        """Fit ``qosflow.speed`` on the samples and tabulate it on the allowed levels."""
-        from qosflow import speed as core_speed  # the core; imported lazily (written separately)
-
+        """The core's fit on the samples, tabulated on the allowed levels (:class:`FittedSpeeds`)."""
         key = (job.job_id, len(samples))
         if key in self._cache:
             return self._cache[key]
-        levels = sorted(self._truth.curve(job))
-        progress = [core_speed.ProgressSample(t, int(d), u) for t, d, u in samples]
-        known = self._truth.speed(job, job.num_gpu) or self._truth.curve(job)[levels[0]]
-        prior = core_speed.pessimistic_prior(
-            self._node_size, step_time=1.0 / known, units=job.num_gpu
+        out = fitted_speeds(
+            samples,
+            levels=sorted(self._truth.curve(job)),
+            node_size=self._node_size,
+            prior=request_prior(self._truth, job, self._node_size),
         )
-        result = core_speed.fit(progress, node_size=self._node_size, prior=prior)
-        model = result.model if result.success else prior
-        # SpeedModel.throughput is 0 for a non-finite or zero step time (no division by zero).
-        out = MappingProxyType({k: v for k in levels if (v := model.throughput(k)) > 0})
         self._cache = {key: out}
         return out

@@ -1,0 +1,165 @@
+"""Parity: a recorded job snapshot decided by the simulator's adapter and by the Airflow watch.
+
+``fixtures/parity_cases.json`` (written by ``fixtures/make_parity.py``) holds jobs as the
+simulator's engine shows them to the qosflow policy in learned mode -- progress samples, progress
+at ``now``, free units, last rescale -- with the job spec and status the Airflow watch would have
+for the same job and the history prior it would be handed. Each case goes through
+
+* the simulator: :class:`~qosflow.sim.truth.LearnedBelief` (the engine's fit) ->
+  :class:`~qosflow.sim.policy.JobView` -> :mod:`qosflow.sim.adapter`;
+* Airflow: ``job_from_dict`` (the spec as XCom carries it) -> ``Watcher.decide`` (what the
+  deferrable trigger runs on every poll);
+
+and the two decisions must be identical: action, units, both finish predictions, margin, reason.
+The recorded action pins which branch of the core each case exercises.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qosflow.cluster import JobStatus, Phase
+from qosflow.decide import Decision
+from qosflow.planning import belief_for
+from qosflow.predict import Calibration
+from qosflow.sim import adapter
+from qosflow.sim.policy import JobView
+from qosflow.sim.truth import FittedSpeeds, LearnedBelief, Truth
+from qosflow.spec import JobSpec
+from qosflow.speed import ProgressSample, SpeedModel, TableCurve
+from qosflow.trace import ThroughputTable, TraceJob
+from qosflow_airflow.state import job_from_dict
+from qosflow_airflow.watch import Watcher
+
+FIXTURE = json.loads(
+    (Path(__file__).parent / "fixtures" / "parity_cases.json").read_text(encoding="utf-8")
+)
+SIM: dict[str, Any] = FIXTURE["sim"]
+CASES: list[dict[str, Any]] = FIXTURE["cases"]
+CALIBRATION = Calibration(SIM["calibration"]["factor"], SIM["calibration"]["n"])
+
+
+def _view(case: dict[str, Any]) -> JobView:
+    """The job as the engine shows it to a policy in learned mode (``_Run.view``)."""
+    j = case["job"]
+    job = TraceJob(**j, duration=0.0)
+    curve = {int(k): float(v) for k, v in case["speeds"].items()}
+    truth = Truth(ThroughputTable("A100", {(job.model, job.batch_size): curve}))
+    samples = [(float(t), float(d), int(u)) for t, d, u in case["samples"]]
+    status = case["status"]
+    return JobView(
+        job_id=job.job_id,
+        submit=job.submit,
+        deadline=job.deadline,
+        total=job.iterations,
+        done=float(status["steps_done"] or 0),
+        units=status["units"] if status["phase"] == "Running" else 0,
+        requested=job.num_gpu,
+        speeds=LearnedBelief(truth, node_size=SIM["node_size"]).speeds(job, samples),
+        max_units=truth.max_units(job),
+        model=job.model,
+        batch_size=job.batch_size,
+    )
+
+
+def _sim_decision(case: dict[str, Any]) -> Decision:
+    return adapter.decision(
+        _view(case),
+        node_size=SIM["node_size"],
+        margin_s=SIM["margin_s"],
+        dwell_s=SIM["dwell_s"],
+        calibration=CALIBRATION,
+        now=case["now"],
+        last_rescale_at=case["last_rescale_at"],
+        rescale_overhead_s=SIM["rescale_overhead_s"],
+        free_units=case["free_units"],
+    )
+
+
+def _samples(case: dict[str, Any]) -> list[ProgressSample]:
+    return [ProgressSample(float(t), int(d), int(u)) for t, d, u in case["samples"]]
+
+
+def _watcher(case: dict[str, Any], spec: JobSpec) -> Watcher:
+    """The watch as ``new_watcher`` primes it: history prior, calibration, samples seen."""
+    watcher = Watcher(
+        spec=spec,
+        workflow=f"{spec.name}-0",
+        last_rescale_at=case["last_rescale_at"],
+        prior=SpeedModel.from_params(case["prior"], spec.resources.per_node),
+        calibration=CALIBRATION,
+        rescale_overhead_s=SIM["rescale_overhead_s"],
+    )
+    watcher.samples = _samples(case)
+    return watcher
+
+
+def _airflow_decision(case: dict[str, Any]) -> Decision:
+    spec = job_from_dict(case["spec"])
+    s = case["status"]
+    status = JobStatus(
+        name=f"{spec.name}-0",
+        job=spec.name,
+        segment=0,
+        phase=Phase(s["phase"]),
+        steps_done=s["steps_done"],
+        total_steps=spec.total_steps,
+        units=s["units"],
+    )
+    return _watcher(case, spec).decide(status, now=case["now"], free_units=case["free_units"])
+
+
+def test_the_fixture_covers_every_kind_of_decision() -> None:
+    actions = {c["expected_action"] for c in CASES}
+    assert {"on_track", "scale_up", "bump", "scale_down"} <= actions
+    assert any(c["status"]["phase"] == "Pending" for c in CASES)
+    assert any(len(c["samples"]) < 3 for c in CASES if c["status"]["phase"] == "Running")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_both_adapters_build_the_same_spec_and_belief(case: dict[str, Any]) -> None:
+    view = _view(case)
+    spec = job_from_dict(case["spec"])
+    ours = adapter.job_spec(
+        view, node_size=SIM["node_size"], margin_s=SIM["margin_s"], dwell_s=SIM["dwell_s"]
+    )
+    assert ours == spec
+    watcher = _watcher(case, spec)
+    theirs = belief_for(spec, watcher.samples, prior=watcher.prior, calibration=watcher.calibration)
+    assert adapter.belief_of(view, spec.resources.levels, CALIBRATION) == theirs
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_sim_adapter_and_airflow_watch_decide_the_same(case: dict[str, Any]) -> None:
+    sim, airflow = _sim_decision(case), _airflow_decision(case)
+    assert sim.action.value == case["expected_action"]
+    assert (sim.action, sim.units) == (airflow.action, airflow.units)
+    assert sim.median_finish == airflow.median_finish
+    assert sim.conservative_finish == airflow.conservative_finish
+    assert sim == airflow  # margin, deadline and the reason in words too
+
+
+def test_learned_speeds_read_as_the_fitted_table() -> None:
+    view = _view(CASES[0])
+    assert isinstance(view.speeds, FittedSpeeds)
+    assert dict(view.speeds) == dict(view.speeds.table)
+    assert view.speeds == dict(view.speeds.table)
+    model = view.speeds.fit.model
+    assert all(view.speeds[n] == model.throughput(n) for n in view.speeds)
+
+
+def test_oracle_speeds_are_planned_on_as_they_are() -> None:
+    case = CASES[0]
+    table = {int(k): float(v) for k, v in case["speeds"].items()}
+    oracle = replace(_view(case), speeds=table)
+    levels = tuple(sorted(table))
+    belief = adapter.belief_of(oracle, levels, None)
+    assert belief.median == belief.conservative == TableCurve(table)
+    assert belief.observed == ()
+    slower = adapter.belief_of(oracle, levels, Calibration(1.25))
+    assert slower.conservative.step_time(8) == pytest.approx(1.25 / table[8])
