@@ -14,7 +14,7 @@ import bisect
 import functools
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -296,13 +296,20 @@ def _run(
 
 
 def backward_fill(
-    jobs: Sequence[Candidate], *, capacity: int, now: float, slot_s: float = 60.0
+    jobs: Sequence[Candidate],
+    *,
+    capacity: int,
+    now: float,
+    slot_s: float = 60.0,
+    first: Collection[str] = (),
 ) -> FillPlan:
     """Backward-fill every job with a finite deadline and steps left, in deadline order.
 
     This is the constructive test :func:`qosflow.admission.admit` runs; it is public so that a
     guarantee can be checked against its plan. Running guaranteed jobs keep ``running_units`` in
-    the first slot.
+    the first slot. Jobs named in ``first`` are placed before all others (in deadline order among
+    themselves): a guarantee that no longer fits behind the others is repaired by placing it
+    ahead of them.
     """
     _check(capacity, now, slot_s)
     js = [
@@ -315,7 +322,8 @@ def backward_fill(
         slot_s,
         sum(j.pin_units for j in js),
     )
-    placed, failed = _run(tl, _edf(js), stop=False)
+    ahead = _edf([j for j in js if j.name in first])
+    placed, failed = _run(tl, [*ahead, *_edf([j for j in js if j.name not in first])], stop=False)
     units = {j.name: np.zeros(tl.lens.size, dtype=np.int64) for j in js}
     for j in js:
         units[j.name][: tl.npin] = j.pin_units

@@ -94,6 +94,10 @@ class SeedWorkload:
         best_effort_fraction: Share of jobs without a deadline.
         feasible_only: Redraw λ until the job could finish alone on the cluster (so "100 %" is
             reachable when resources suffice).
+        latency_s: Decision latency a feasible job must leave room for on top of 5 % slack:
+            a slotted scheduler sees an arrival at the next slot boundary and then pays a start
+            overhead, so a deadline closer than that to the fastest run cannot be met by any
+            scheduler (the default covers two 60 s slots).
     """
 
     jobs: int = 120
@@ -106,6 +110,7 @@ class SeedWorkload:
     sigma: float = 0.8
     best_effort_fraction: float = 0.0
     feasible_only: bool = True
+    latency_s: float = 120.0
 
     @property
     def capacity(self) -> int:
@@ -126,6 +131,7 @@ def _check(w: SeedWorkload) -> None:
         ("cores_per_node", w.cores_per_node >= 1, "must be >= 1"),
         ("lam_min", 0 < w.lam_min <= w.lam_max, "must satisfy 0 < lam_min <= lam_max"),
         ("median_minutes", w.median_minutes > 0, "must be > 0"),
+        ("latency_s", w.latency_s >= 0, "must be >= 0"),
         ("best_effort_fraction", 0 <= w.best_effort_fraction <= 1, "must lie in [0, 1]"),
     )
     for name, ok, rule in rules:
@@ -175,10 +181,11 @@ def generate(w: SeedWorkload, rng: np.random.Generator) -> tuple[TraceJob, ...]:
         best_effort = bool(rng.random() < w.best_effort_fraction)
         fastest = iterations / curve[knee]
         lam = float(rng.uniform(w.lam_min, w.lam_max))
-        while w.feasible_only and lam * duration < fastest * 1.05:
+        least = fastest * 1.05 + w.latency_s
+        while w.feasible_only and lam * duration < least:
             lam = float(rng.uniform(w.lam_min, w.lam_max))
-            if w.lam_max * duration < fastest * 1.05:  # cannot be made feasible: widen
-                lam = fastest * 1.05 / duration
+            if w.lam_max * duration < least:  # cannot be made feasible: widen
+                lam = least / duration
         submit = float(round(now))
         jobs.append(
             TraceJob(

@@ -30,6 +30,7 @@ median inflated the same way, starting from the core's default factor.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections.abc import Mapping
@@ -141,6 +142,7 @@ class QosflowPolicy:
     _ran: dict[str, tuple[float, float, int]] = field(default_factory=dict)
     _pairs: list[tuple[float, float]] = field(default_factory=list)
     _oracle_factor: Calibration | None = None
+    _floor: dict[str, float] = field(default_factory=dict)
 
     def _prepare(self, view: JobView, snap: SlotSnapshot) -> _Job:
         spec = job_spec(
@@ -190,12 +192,23 @@ class QosflowPolicy:
         keep = 0
         if not queued:
             keep = decide(js, belief, free_units=0).units
-        promise = (
-            belief
-            if self._oracle_factor is None
-            else belief_of(view, spec.resources.levels, self._oracle_factor)
-        )
+        promise = self._promise(view, spec, belief)
         return _Job(view, spec, belief, js, need, klass, keep, promise)
+
+    def _promise(self, view: JobView, spec: JobSpec, belief: Belief) -> Belief:
+        """The belief guarantees are planned on: never less conservative than at admission.
+
+        The conformal factor is re-learnt at every decision and moves both ways. A guarantee was
+        proved under the factor of its admission; re-planning it under a smaller one would hand
+        its slack to newcomers, and when the factor rises again the plan no longer fits. So a
+        guaranteed job is planned with the larger of today's factor and its admission factor.
+        """
+        current = self._oracle_factor or self.calibration
+        floor = self._floor.get(view.job_id, 0.0)
+        if current is None and floor <= 0.0:
+            return belief
+        factor = max(floor, current.factor if current is not None else 1.0)
+        return belief_of(view, spec.resources.levels, Calibration(factor, 0))
 
     def _admit(
         self, jobs: Mapping[str, _Job], snap: SlotSnapshot
@@ -203,8 +216,16 @@ class QosflowPolicy:
         admitted: list[str] = []
         rejected: list[str] = []
         reasons: dict[str, str] = {}
+        new = set(snap.arrivals)
+        waiting = [  # told "not guaranteed" earlier but still able to make it: ask again
+            j
+            for j in jobs.values()
+            if j.view.job_id not in new
+            and j.view.job_id not in self._guaranteed
+            and j.klass != "qosflow-late"
+        ]
         arrivals = sorted(
-            (jobs[a] for a in snap.arrivals if a in jobs),
+            [*(jobs[a] for a in snap.arrivals if a in jobs), *waiting],
             key=lambda j: (j.view.deadline, j.view.submit, j.view.job_id),
         )
         for job in arrivals:
@@ -219,9 +240,12 @@ class QosflowPolicy:
                 slot_s=float(snap.slot),
                 max_utilisation=self.max_utilisation,
             )
-            reasons[job.view.job_id] = verdict.reason
+            if job.view.job_id in new or verdict.kind == "guaranteed":
+                reasons[job.view.job_id] = verdict.reason
             if verdict.kind == "guaranteed":
                 self._guaranteed.add(job.view.job_id)
+                current = self._oracle_factor or self.calibration
+                self._floor[job.view.job_id] = current.factor if current is not None else 1.0
                 admitted.append(job.view.job_id)
             elif job.spec.if_not_guaranteed == "reject":
                 rejected.append(job.view.job_id)  # only on request: otherwise it runs best-effort
@@ -255,6 +279,7 @@ class QosflowPolicy:
         self._ran = {k: (float(snap.now), jobs[k].view.done, u) for k, u in alloc.items() if u > 0}
         for gone in set(self._classes) - live:
             self._classes.pop(gone, None)
+            self._floor.pop(gone, None)
             self._rescaled_at.pop(gone, None)
         return SlotDecision(
             allocation={k: v for k, v in alloc.items() if v > 0},
@@ -285,10 +310,11 @@ class QosflowPolicy:
         del self._pairs[: max(len(self._pairs) - CALIBRATION_WINDOW, 0)]
         if len(self._pairs) < CALIBRATION_MIN_PAIRS:
             return
+        learnt = calibrate(self._pairs)
         if self.calibration is None:  # oracle speeds: inflate only what is promised
-            self._oracle_factor = calibrate(self._pairs)
+            self._oracle_factor = _ratchet(self._oracle_factor, learnt)
         else:
-            self.calibration = calibrate(self._pairs)
+            self.calibration = _ratchet(self.calibration, learnt)
 
     def _reserved(self, jobs: list[_Job], snap: SlotSnapshot) -> tuple[dict[str, int], int | None]:
         """Units the guarantees' backward-fill plan needs now, and when that plan next changes.
@@ -300,9 +326,10 @@ class QosflowPolicy:
         cands = [self._candidate(j) for j in jobs if j.view.job_id in self._guaranteed]
         if not cands:
             return {}, None
-        plan = admission.backward_fill(
-            cands, capacity=snap.capacity, now=float(snap.now), slot_s=float(snap.slot)
-        )
+        now, slot = float(snap.now), float(snap.slot)
+        plan = admission.backward_fill(cands, capacity=snap.capacity, now=now, slot_s=slot)
+        if plan.failed:
+            plan = _repair(plan, cands, capacity=snap.capacity, now=now, slot_s=slot)
         wake: float | None = None
         now_units: dict[str, int] = {}
         for name, row in plan.units.items():
@@ -339,6 +366,58 @@ class QosflowPolicy:
         for job in jobs:  # 4. waiting jobs start on what is left
             a.raise_to(job, job.belief.levels[0])
         return _spread(jobs, a.units, a.free)  # 5. spare units where they save the most time
+
+
+def _ratchet(old: Calibration | None, new: Calibration) -> Calibration:
+    """The factor only ever grows.
+
+    The quantile of a sliding window of interval ratios wobbles with the window's mix; every
+    guarantee is re-planned on it at every decision, so a dip would hand slack to newcomers that
+    the next rise takes back from jobs already promised. Taking the running maximum keeps the
+    plans' beliefs stable (and conservative); it is still learnt, never hand-set.
+    """
+    if old is None or old.n == 0:
+        return new
+    return Calibration(max(old.factor, new.factor), new.n)
+
+
+def _forward(c: admission.Candidate, now: float, slot_s: float) -> admission.Candidate | None:
+    """``c`` due as soon as its fastest level can finish it from now (``None``: no known speed).
+
+    Backward fill then places it at that level from the first slot on: forward, not late.
+    """
+    if not math.isfinite(c.step_time[-1]):
+        return None
+    finish = now + c.remaining_steps * c.step_time[-1]
+    return dataclasses.replace(c, deadline=max(finish, now + slot_s), margin=0.0)
+
+
+def _repair(
+    plan: admission.FillPlan,
+    cands: list[admission.Candidate],
+    *,
+    capacity: int,
+    now: float,
+    slot_s: float,
+) -> admission.FillPlan:
+    """Re-plan so that guarantees the fill could not place run now, as fast as they can.
+
+    A guaranteed job that no longer fits behind the others (its margin was eaten by overheads or
+    by a belief that turned more pessimistic) must not be starved: that turns a slip of seconds
+    into a broken promise. It is placed *ahead* of the other guarantees, due as soon as its
+    fastest level can finish it (forward, from now), and the others are re-filled around it.
+    The repaired plan is kept only when it breaks no more guarantees than the original one.
+    """
+    failed = set(plan.failed)
+    urgent = []
+    for c in cands:
+        fast = _forward(c, now, slot_s) if c.name in failed else None
+        # the others may spend their margins on it, never their deadlines
+        urgent.append(fast or dataclasses.replace(c, margin=0.0))
+    repaired = admission.backward_fill(
+        urgent, capacity=capacity, now=now, slot_s=slot_s, first=failed
+    )
+    return repaired if not repaired.failed else plan
 
 
 @dataclass(slots=True)
