@@ -165,7 +165,6 @@ def test_oracle_speeds_are_planned_on_as_they_are() -> None:
     assert slower.conservative.step_time(8) == pytest.approx(1.25 / table[8])
 
 
-@pytest.mark.xfail(strict=True, reason="the qosflow policy is not wired to qosflow.sim.adapter yet")
 def test_the_qosflow_policy_decides_through_this_adapter() -> None:
     """Parity of the adapter is worth something only if the policy uses it (drop the mark then)."""
     from qosflow.sim.policies import qosflow_policy, xing19

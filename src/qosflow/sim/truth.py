@@ -180,28 +180,32 @@ def fitted_speeds(
 class LearnedBelief(Belief):
     """Policies see speeds fitted by the core from the observed progress of each job.
 
-    Before a job has run, the belief is the job's own request: the table value at ``num_gpu``
-    (what a user could measure once) extrapolated with the core's pessimistic prior shape.
+    The prior of a job is what the history store would give qosflow for its key (model and
+    batch size): the latest fit of an earlier job of that key that observed progress. Before any
+    job of the key has run, it is the job's own request: the table value at ``num_gpu`` (what a
+    user could measure once) extrapolated with the core's pessimistic prior shape.
     """
 
     def __init__(self, truth: Truth, *, node_size: int) -> None:
         """Wrap the truth (used only for the levels that exist and the single known point)."""
         self._truth = truth
         self._node_size = node_size
-        self._cache: dict[tuple[str, int], FittedSpeeds] = {}
+        self._cache: dict[str, tuple[int, FittedSpeeds]] = {}
+        self._history: dict[tuple[str, int], core_speed.SpeedModel] = {}
 
     def speeds(
         self, job: TraceJob, samples: Sequence[tuple[float, float, int]]
     ) -> Mapping[int, float]:
         """The core's fit on the samples, tabulated on the allowed levels (:class:`FittedSpeeds`)."""
-        key = (job.job_id, len(samples))
-        if key in self._cache:
-            return self._cache[key]
-        out = fitted_speeds(
-            samples,
-            levels=sorted(self._truth.curve(job)),
-            node_size=self._node_size,
-            prior=request_prior(self._truth, job, self._node_size),
-        )
-        self._cache = {key: out}
+        cached = self._cache.get(job.job_id)
+        if cached is not None and cached[0] == len(samples):
+            return cached[1]
+        key = (job.model, job.batch_size)
+        prior = self._history.get(key) or request_prior(self._truth, job, self._node_size)
+        levels = sorted(self._truth.curve(job))
+        out = fitted_speeds(samples, levels=levels, node_size=self._node_size, prior=prior)
+        # keep a fit as the key's history only when it measured something and is finite everywhere
+        if out.fit.success and out.fit.observed_units and len(out.table) == len(levels):
+            self._history[key] = out.fit.model
+        self._cache[job.job_id] = (len(samples), out)
         return out

@@ -24,8 +24,12 @@ into the core's inputs and the core's answers into a :class:`~qosflow.sim.policy
 Priority classes (:func:`qosflow.priority.laxity`, :func:`qosflow.priority.classify`) order jobs of
 equal deadline and are kept per job with the ladder's hysteresis. Oracle speeds plan on the true
 tables, inflated by a conformal factor learnt online from realised progress once enough intervals
-are logged (it covers restart overheads the tables leave out); learned speeds plan on the fitted
-median inflated the same way, starting from the core's default factor.
+are logged (it covers restart overheads the tables leave out); learned speeds plan on the core's
+:func:`qosflow.predict.belief_from_fit` of the job's progress (bootstrap quantile times the same
+learnt factor, the probe and slow-down rules), exactly as the Airflow watch does
+(:mod:`qosflow.sim.adapter`; ``tests/sim/test_parity.py``). The factor only ever grows (see
+``_ratchet``); a guarantee that slips is repaired by running it now, ahead of the others (see
+``_repair``); a job not guaranteed on arrival is asked again at every decision.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ import numpy as np
 
 from qosflow import admission, priority
 from qosflow.decide import BENEFIT_FACTOR, JobSnapshot, decide, minimal_share
-from qosflow.predict import Belief, Calibration, calibrate, oracle_belief, predict
+from qosflow.predict import Belief, Calibration, calibrate, predict
+from qosflow.sim.adapter import belief_of, job_snapshot, job_spec
 from qosflow.sim.policy import (
     JobView,
     NoOverhead,
@@ -48,52 +53,13 @@ from qosflow.sim.policy import (
     SlotDecision,
     SlotSnapshot,
 )
-from qosflow.spec import IfNotGuaranteed, JobSpec, Resources
-from qosflow.speed import TableCurve
+from qosflow.spec import JobSpec
 
 CALIBRATION_WINDOW = 2000
 """Most recent (predicted, realised) interval pairs the conformal factor is learnt from."""
 CALIBRATION_MIN_PAIRS = 50
 """Pairs needed before the learnt factor replaces the core's default (1.15)."""
 _RANK = {klass.name: i for i, klass in enumerate(priority.LADDER)}
-
-
-def job_spec(
-    view: JobView,
-    *,
-    node_size: int,
-    margin_s: float,
-    dwell_s: float,
-    if_not_guaranteed: IfNotGuaranteed = "run_best_effort",
-) -> JobSpec:
-    """The core's :class:`~qosflow.spec.JobSpec` of a simulated job (levels up to its cap)."""
-    levels = tuple(n for n in sorted(view.speeds) if n <= view.max_units) or (min(view.speeds),)
-    return JobSpec(
-        name=view.job_id,
-        key=f"{view.model}/{view.batch_size}",
-        total_steps=max(int(view.total), 1),
-        submitted_at=view.submit,
-        deadline=view.deadline,
-        resources=Resources("gpu", levels, node_size, "1Gi"),
-        checkpoint_every_steps=max(int(view.total) // 100, 1),
-        best_effort=view.best_effort,
-        if_not_guaranteed=if_not_guaranteed,
-        margin_seconds=margin_s,
-        dwell_seconds=dwell_s,
-        image="sim",
-        command=("sim",),
-    )
-
-
-def belief_of(view: JobView, levels: tuple[int, ...], calibration: Calibration | None) -> Belief:
-    """Oracle belief (``calibration is None``) or the believed speeds inflated by the calibration."""
-    curve = TableCurve(view.speeds)
-    base = oracle_belief(curve, levels)
-    if calibration is None:
-        return base
-    factor = max(calibration.factor, 1.0)
-    slower = TableCurve({n: x / factor for n, x in view.speeds.items()})
-    return Belief(curve, slower, base.levels, base.knee, base.observed)
 
 
 @dataclass(slots=True)
@@ -152,16 +118,14 @@ class QosflowPolicy:
             dwell_s=self.dwell_s,
         )
         belief = belief_of(view, spec.resources.levels, self.calibration)
-        queued = view.units == 0
-        js = JobSnapshot(
-            spec=spec,
-            now=float(snap.now),
-            steps_done=int(view.done),
-            units=view.units if not queued else spec.resources.levels[0],
-            queued=queued,
+        js = job_snapshot(
+            view,
+            spec,
+            now=snap.now,
             last_rescale_at=self._rescaled_at.get(view.job_id),
             rescale_overhead_s=self.rescale_overhead_s,
         )
+        queued = js.queued
         need = minimal_share(belief, js) if not view.best_effort else None
         knee = predict(
             belief,
