@@ -105,7 +105,7 @@ class QosflowPolicy:
     _classes: dict[str, str] = field(default_factory=dict)
     _rescaled_at: dict[str, float] = field(default_factory=dict)
     _wake: int | None = None
-    _ran: dict[str, tuple[float, float, int]] = field(default_factory=dict)
+    _ran: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     _pairs: list[tuple[float, float]] = field(default_factory=list)
     _oracle_factor: Calibration | None = None
     _floor: dict[str, float] = field(default_factory=dict)
@@ -240,7 +240,16 @@ class QosflowPolicy:
         for job_id, units in alloc.items():
             if jobs[job_id].view.units not in (0, units):
                 self._rescaled_at[job_id] = float(snap.now)
-        self._ran = {k: (float(snap.now), jobs[k].view.done, u) for k, u in alloc.items() if u > 0}
+        inflation = max(self.calibration.factor, 1.0) if self.calibration is not None else 1.0
+        self._ran = {
+            k: (
+                float(snap.now),
+                jobs[k].view.done,
+                jobs[k].belief.conservative.step_time(u) / inflation,
+            )
+            for k, u in alloc.items()
+            if u > 0
+        }
         for gone in set(self._classes) - live:
             self._classes.pop(gone, None)
             self._floor.pop(gone, None)
@@ -256,9 +265,11 @@ class QosflowPolicy:
     def _recalibrate(self, snap: SlotSnapshot) -> None:
         """Conformal factor from (predicted, realised) seconds of past intervals.
 
-        Every job that ran a whole interval at one size gives one pair: the seconds the believed
-        median speed predicted for the steps it did, and the seconds it took (overheads and noise
-        included). :func:`qosflow.predict.calibrate` turns the recent pairs into the inflation
+        Every job that ran a whole interval at one size gives one pair: the seconds the belief's
+        conservative step time *before* inflation predicted for the steps it did, and the seconds
+        it took (overheads and noise included). The factor inflates that conservative time, so
+        it is calibrated on it (split conformal on the quantity it scales; with oracle speeds the
+        conservative time is the table's). :func:`qosflow.predict.calibrate` turns the recent pairs into the inflation
         factor. With oracle speeds this learns only what the tables leave out (restart overheads,
         decision cadence); until enough pairs exist the oracle is trusted as it is.
         """
@@ -266,11 +277,9 @@ class QosflowPolicy:
             return
         for view in snap.jobs:
             last = self._ran.get(view.job_id)
-            if last is None or view.done <= last[1]:
+            if last is None or view.done <= last[1] or not 0.0 < last[2] < math.inf:
                 continue
-            x = view.speeds.get(last[2], 0.0)
-            if x > 0:
-                self._pairs.append(((view.done - last[1]) / x, float(snap.now) - last[0]))
+            self._pairs.append(((view.done - last[1]) * last[2], float(snap.now) - last[0]))
         del self._pairs[: max(len(self._pairs) - CALIBRATION_WINDOW, 0)]
         if len(self._pairs) < CALIBRATION_MIN_PAIRS:
             return
