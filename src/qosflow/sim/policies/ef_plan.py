@@ -148,8 +148,15 @@ class _Planner:
         return self.job.speed[k]
 
     def result(self, ok: bool, end: int, real_end: int) -> Plan:
-        profile = merge(self.keys, self.vals) if self.want_profile else ([], [])
-        return Plan(ok, profile, _finalise(self.allocs), end, real_end)
+        """The plan of this call.
+
+        Without ``want_profile`` (a trial that is only scored) the allocations are left
+        unmerged: the allocation dict is already in time order on every path, and merging equal
+        neighbours does not change :func:`gpu_seconds` (sums of integer products).
+        """
+        if not self.want_profile:
+            return Plan(ok, ([], []), tuple(self.allocs.items()), end, real_end)
+        return Plan(ok, merge(self.keys, self.vals), _finalise(self.allocs), end, real_end)
 
     def restore_after(self, end: int) -> None:
         """Give the capacity back from ``end`` on (original free value of the last point < end)."""

@@ -194,6 +194,9 @@ class ElasticFlow:
     _jobs: dict[str, _Job] = field(default_factory=dict, init=False)
     _runnable: list[str] = field(default_factory=list, init=False)
     _profile: Profile = field(default_factory=lambda: ([], []), init=False)
+    _memo: dict[str, tuple[int, bool, list[int], list[int], float]] = field(
+        default_factory=dict, init=False
+    )
 
     def __post_init__(self) -> None:
         """Build the overhead model."""
@@ -288,22 +291,27 @@ class ElasticFlow:
             return list(keys), list(vals)
         lo = bisect_left(keys, allocs[0][0])
         hi = bisect_right(keys, end)
-        times = sorted(set(keys[lo:hi]).union((end,), (a for a, _ in allocs if a < end)))
+        own_t = [a for a, _ in allocs if a < end]
+        own_v = [k for a, k in allocs if a < end]
+        own_t.append(end)
+        own_v.append(0)
         out_k, out_v = keys[:lo], vals[:lo]
         last = out_v[-1] if out_v else -1
-        i, j, free, own = lo, 0, (vals[lo - 1] if lo else 0), 0
-        for t in times:
-            while i < hi and keys[i] <= t:
-                free = vals[i]
+        i, j, n_own, free, own = lo, 0, len(own_t), (vals[lo - 1] if lo else 0), 0
+        while i < hi or j < n_own:  # two sorted change-point lists, merged
+            if j == n_own or (i < hi and keys[i] < own_t[j]):
+                t, free = keys[i], vals[i]
                 i += 1
-            while j < len(allocs) and allocs[j][0] <= t:
-                own = allocs[j][1]
+            else:
+                t, own = own_t[j], own_v[j]
+                if i < hi and keys[i] == t:
+                    free = vals[i]
+                    i += 1
                 j += 1
-            v = free + own if t < end else free
-            if v != last:
+            if free + own != last:
+                last = free + own
                 out_k.append(t)
-                out_v.append(v)
-                last = v
+                out_v.append(last)
         skip = 1 if hi < len(keys) and vals[hi] == last else 0
         return out_k + keys[hi + skip :], out_v + vals[hi + skip :]
 
@@ -372,16 +380,47 @@ class ElasticFlow:
         if fut >= end and job.ddl >= real_end:  # the trial runs q GPUs from now until done
             trial_gs = float(q * (end - now))
         else:
-            scored = self._trial(j, left, snap, want_profile=False)
-            trial_gs = gpu_seconds(scored.allocations, scored.end)
+            trial_gs = self._trial_gs(j, fut, left, snap)
         gain = trial_gs - gpu_seconds(job.plan.allocations, job.plan.end)
         job.score = gain / (q - job.units)
+
+    def _trial_gs(self, j: str, fut: int, left: dict[str, float], snap: SlotSnapshot) -> float:
+        """GPU-seconds of ``j``'s trial plan when it crosses a change point (memoised).
+
+        Past ``fut`` (the first change point of the profile without ``j``'s reservation) the
+        trial is an MSS plan that reads the free profile only on ``[fut, aligned deadline]`` when
+        it meets the deadline (``ok``), and on ``[fut, inf)`` otherwise; ``j``'s own reservation
+        is unchanged until ``j`` is picked (which drops its memo). So within one leftover round
+        the last result is reused while ``fut`` and the profile on that window are unchanged:
+        same inputs, same plan, and the scores are those of a full recomputation.
+        """
+        keys, vals = self._profile
+        lo = bisect_right(keys, fut) - 1
+        memo = self._memo.get(j)
+        if memo is not None and memo[0] == fut:
+            hi = (
+                bisect_right(keys, align(snap.now, self._jobs[j].ddl, snap.slot))
+                if memo[1]
+                else len(keys)
+            )
+            if memo[2] == keys[lo + 1 : hi] and memo[3] == vals[lo:hi]:
+                return memo[4]
+        scored = self._trial(j, left, snap, want_profile=False)
+        gs = gpu_seconds(scored.allocations, scored.end)
+        hi = (
+            bisect_right(keys, align(snap.now, self._jobs[j].ddl, snap.slot))
+            if scored.ok
+            else len(keys)
+        )
+        self._memo[j] = (fut, scored.ok, keys[lo + 1 : hi], vals[lo:hi], gs)
+        return gs
 
     def _leftover(self, runnable: list[str], left: dict[str, float], snap: SlotSnapshot) -> None:
         """Give idle GPUs away one level at a time (the artifact's ``allocate_free_gpus``)."""
         free = snap.capacity - sum(self._jobs[j].units for j in runnable)
         if free <= 0:
             return
+        self._memo = {}
         for j in runnable:
             self._jobs[j].nxt = self._jobs[j].curve.above(self._jobs[j].units)
         for j in runnable:
@@ -405,6 +444,7 @@ class ElasticFlow:
                     job.real_end,
                 )
                 free -= job.nxt - job.units
+                self._memo.pop(j, None)
                 job.units, job.started, job.trial = job.nxt, True, None
                 job.nxt = job.curve.above(job.units)
                 moved = True
