@@ -63,15 +63,21 @@ def _plan(args: argparse.Namespace) -> int:
             "resources.unit",
             f"the cluster has {cluster.unit} units, the job asks for {job.resources.unit}",
         )
-    prior, calibration = None, None
+    prior, calibration, history = None, None, []
     if args.history:
         from qosflow.history import HistoryStore
 
         store = HistoryStore(args.history)
         prior = store.prior(job.key, job.resources.unit, job.resources.per_node)
         calibration = store.calibration(job.key)
+        history = store.samples(job.key, job.resources.unit)
     result = plan_job(
-        job, capacity=cluster.total_units, now=now.timestamp(), prior=prior, calibration=calibration
+        job,
+        capacity=cluster.total_units,
+        now=now.timestamp(),
+        prior=prior,
+        calibration=calibration,
+        history=history,
     )
     console = Console(width=max(Console().width, 110))
     verdict = result.verdict

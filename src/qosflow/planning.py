@@ -86,6 +86,7 @@ def plan_job(
     samples: Sequence[ProgressSample] = (),
     prior: SpeedModel | None = None,
     calibration: Calibration | None = None,
+    history: Sequence[ProgressSample] = (),
 ) -> Plan:
     """Admit and size a job that has not started yet.
 
@@ -97,11 +98,15 @@ def plan_job(
         samples: Progress already observed for this job (usually none).
         prior: Speed model from history (``HistoryStore.prior``), or ``None`` for the default.
         calibration: Conformal calibration from history, or ``None`` for the default factor.
+        history: Progress samples of earlier runs of the job's key (``HistoryStore.samples``).
+            While this job has measured nothing, it is planned on what they measured: their
+            sizes count as observed (the probe rule) and their spread sets the conservative
+            bound, instead of the prior's shape alone.
 
     Returns:
         The plan: verdict, initial size, prediction, priority and schedule.
     """
-    belief = belief_for(job, samples, prior=prior, calibration=calibration)
+    belief = belief_for(job, samples or history, prior=prior, calibration=calibration)
     cand = candidate(job, belief, steps_done=0, now=now)
     unknown = all(math.isinf(t) for t in cand.step_time)
     if unknown and job.if_not_guaranteed == "reject":

@@ -118,6 +118,7 @@ class PlanTrainingOperator(QosflowOperator):
         try:
             prior = store.prior(spec.key, res.unit, res.per_node)
             calibration = store.calibration(spec.key)
+            history = store.samples(spec.key, res.unit)
         finally:
             store.close()
         run_id = context.get("run_id") or ""
@@ -131,6 +132,7 @@ class PlanTrainingOperator(QosflowOperator):
             admitted=active.guaranteed,
             prior=prior,
             calibration=calibration,
+            history=history,
         )
         verdict = plan.verdict
         offer = _when(verdict.counter_offer)

@@ -180,9 +180,11 @@ def fitted_speeds(
 class LearnedBelief(Belief):
     """Policies see speeds fitted by the core from the observed progress of each job.
 
-    The prior of a job is what the history store would give qosflow for its key (model and
-    batch size): the latest fit of an earlier job of that key that observed progress. Before any
-    job of the key has run, it is the job's own request: the table value at ``num_gpu`` (what a
+    A job's key is its model and batch size. Until the job has a steady window of its own, it is
+    believed what the latest earlier job of its key measured (that job's fit: its observed sizes
+    and spread), as the Airflow plan step plans on the history store's samples of the key; once
+    it has measured, its own fit rules, with that model as the prior's shape. Before any job of
+    the key has run, the prior is the job's own request: the table value at ``num_gpu`` (what a
     user could measure once) extrapolated with the core's pessimistic prior shape.
     """
 
@@ -191,7 +193,7 @@ class LearnedBelief(Belief):
         self._truth = truth
         self._node_size = node_size
         self._cache: dict[str, tuple[int, FittedSpeeds]] = {}
-        self._history: dict[tuple[str, int], core_speed.SpeedModel] = {}
+        self._history: dict[tuple[str, int], FittedSpeeds] = {}
 
     def speeds(
         self, job: TraceJob, samples: Sequence[tuple[float, float, int]]
@@ -201,11 +203,18 @@ class LearnedBelief(Belief):
         if cached is not None and cached[0] == len(samples):
             return cached[1]
         key = (job.model, job.batch_size)
-        prior = self._history.get(key) or request_prior(self._truth, job, self._node_size)
+        last = self._history.get(key)
+        prior = last.fit.model if last is not None else None
         levels = sorted(self._truth.curve(job))
-        out = fitted_speeds(samples, levels=levels, node_size=self._node_size, prior=prior)
-        # keep a fit as the key's history only when it measured something and is finite everywhere
-        if out.fit.success and out.fit.observed_units and len(out.table) == len(levels):
-            self._history[key] = out.fit.model
+        out = fitted_speeds(
+            samples,
+            levels=levels,
+            node_size=self._node_size,
+            prior=prior or request_prior(self._truth, job, self._node_size),
+        )
+        if not out.fit.observed_units and last is not None:
+            out = last  # nothing measured yet: what the last run of the key measured
+        elif out.fit.success and out.fit.observed_units and len(out.table) == len(levels):
+            self._history[key] = out  # measured, finite everywhere: the key's history now
         self._cache[job.job_id] = (len(samples), out)
         return out
