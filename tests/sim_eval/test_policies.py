@@ -191,3 +191,24 @@ def test_best_effort_jobs_use_leftover_capacity() -> None:
     result = _run(QosflowPolicy(), w, 1, jobs=(be,))
     assert result.outcomes[0].finish is not None
     assert result.ratio == 1.0  # no deadline jobs: nothing to miss
+
+
+def test_a_job_that_can_only_make_it_at_its_knee_gets_it_when_promises_still_fit() -> None:
+    # "t" needs 8 units for 1000 s of its 1060 s: too little slack for a guarantee's margin;
+    # "g" is guaranteed and has hours of slack, so it can wait
+    t = _view("t", 1060.0, 6500, SPEEDS)
+    g = _view("g", 5000.0, 3600, SPEEDS)
+    d = QosflowPolicy().decide(SlotSnapshot(0, 60, 8, 8, 0, ("t", "g"), (), (t, g)))
+    assert d.admitted == ("g",)
+    assert "not guaranteed" in d.reasons["t"]
+    assert d.allocation["t"] == 8
+
+
+def test_a_last_chance_never_takes_what_a_promise_needs() -> None:
+    t = _view("t", 1060.0, 6500, SPEEDS)
+    g = _view("g", 1500.0, 7800, SPEEDS)  # needs the whole cluster for 1200 of its 1500 s
+    policy = QosflowPolicy()
+    policy.decide(SlotSnapshot(0, 60, 8, 8, 0, ("g",), (), (g,)))  # g guaranteed first
+    d = policy.decide(SlotSnapshot(60, 60, 8, 8, 1, ("t",), (), (t, g)))
+    assert d.allocation["g"] == 8
+    assert d.allocation.get("t", 0) == 0

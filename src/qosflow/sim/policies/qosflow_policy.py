@@ -74,6 +74,7 @@ class _Job:
     klass: str
     keep: int
     promise: Belief
+    tight: bool = False
 
 
 @dataclass
@@ -136,7 +137,8 @@ class QosflowPolicy:
             current_units=js.units,
         )
         hopeless = not view.best_effort and knee.conservative_finish > view.deadline
-        if need is None and not hopeless and not view.best_effort:
+        tight = not hopeless and not view.best_effort and (need is None or need >= belief.knee)
+        if need is None and tight:
             need = belief.knee  # inside the margin but still possible: all it can use
         finish = (
             knee.conservative_finish
@@ -157,7 +159,7 @@ class QosflowPolicy:
         if not queued:
             keep = decide(js, belief, free_units=0).units
         promise = self._promise(view, spec, belief)
-        return _Job(view, spec, belief, js, need, klass, keep, promise)
+        return _Job(view, spec, belief, js, need, klass, keep, promise, tight)
 
     def _promise(self, view: JobView, spec: JobSpec, belief: Belief) -> Belief:
         """The belief guarantees are planned on: never less conservative than at admission.
@@ -303,6 +305,8 @@ class QosflowPolicy:
         plan = admission.backward_fill(cands, capacity=snap.capacity, now=now, slot_s=slot)
         if plan.failed:
             plan = _repair(plan, cands, capacity=snap.capacity, now=now, slot_s=slot)
+        else:
+            plan = self._last_chances(plan, cands, jobs, snap)
         wake: float | None = None
         now_units: dict[str, int] = {}
         for name, row in plan.units.items():
@@ -314,6 +318,40 @@ class QosflowPolicy:
                 t = float(plan.edges[int(changes[0])])
                 wake = t if wake is None else min(wake, t)
         return now_units, None if wake is None else math.ceil(wake)
+
+    def _last_chances(
+        self,
+        plan: admission.FillPlan,
+        cands: list[admission.Candidate],
+        jobs: list[_Job],
+        snap: SlotSnapshot,
+    ) -> admission.FillPlan:
+        """Reserve the fastest level, from now, for unguaranteed jobs that need it to make it.
+
+        A deadline job told "not guaranteed" (its margin did not fit) may still finish in time
+        if it runs at its knee at once. It gets that, earliest deadline first, only when every
+        guarantee's plan, margins included, still fits around it: a last chance never costs a
+        promise.
+        """
+        now, slot = float(snap.now), float(snap.slot)
+        ahead: list[admission.Candidate] = []
+        for job in jobs:  # already in deadline order
+            if not job.tight or job.view.job_id in self._guaranteed:
+                continue
+            c = _forward(self._candidate(job), now, slot)
+            if c is None or c.deadline > job.view.deadline:
+                continue
+            trial = admission.backward_fill(
+                [*cands, *ahead, c],
+                capacity=snap.capacity,
+                now=now,
+                slot_s=slot,
+                first={x.name for x in (*ahead, c)},
+            )
+            if not trial.failed:
+                ahead.append(c)
+                plan = trial
+        return plan
 
     def _order(self, job: _Job) -> tuple[int, float, int, float, str]:
         v = job.view
