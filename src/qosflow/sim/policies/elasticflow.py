@@ -166,6 +166,15 @@ class _Job:
     nxt: int = 0
     score: float = 0.0
     trial: Plan | None = None
+    gs_of: Plan | None = None
+    gs: float = 0.0
+
+    def plan_gpu_seconds(self) -> float:
+        """GPU-seconds of the current plan (cached while the plan object is unchanged)."""
+        assert self.plan is not None
+        if self.gs_of is not self.plan:
+            self.gs_of, self.gs = self.plan, gpu_seconds(self.plan.allocations, self.plan.end)
+        return self.gs
 
 
 def _first_alloc(p: Plan, now: int) -> tuple[int, int]:
@@ -381,7 +390,7 @@ class ElasticFlow:
             trial_gs = float(q * (end - now))
         else:
             trial_gs = self._trial_gs(j, fut, left, snap)
-        gain = trial_gs - gpu_seconds(job.plan.allocations, job.plan.end)
+        gain = trial_gs - job.plan_gpu_seconds()
         job.score = gain / (q - job.units)
 
     def _trial_gs(self, j: str, fut: int, left: dict[str, float], snap: SlotSnapshot) -> float:
