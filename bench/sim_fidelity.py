@@ -35,6 +35,13 @@ SETTINGS: tuple[tuple[str, str, str, str, int, float, float], ...] = (
     ("cluster01", f"{MS}/cluster01.csv", "n64g8", "A100", 60, 1352 / 1595, 298 / 1595),
 )
 ARTIFACT_CLUSTER01_WALL_S = 1345.0
+# ALGORITHM.md §4.2 (an instrumented copy of the artifact): refusals at admission, failed
+# admission events, refusals caused only by already-admitted jobs that fell behind, in how many
+# events.
+ARTIFACT_REFUSALS: dict[str, tuple[int, int, int, int]] = {
+    "elasticVpollux_e": (50, 26, 6, 5),
+    "cluster10": (9, 7, 7, 5),
+}
 
 
 def run_setting(setting: str, policy_name: str) -> dict[str, Any]:
@@ -62,6 +69,7 @@ def run_setting(setting: str, policy_name: str) -> dict[str, Any]:
         "ours": ours,
         "ours_realised": result.ratio,
         "rejected": sum(o.rejected for o in result.outcomes),
+        "refusals": dict(policy.refusals) if isinstance(policy, ElasticFlow) else {},
         "reference": ref,
         "diff": ours - ref,
         "wall_s": wall,
@@ -91,6 +99,15 @@ def main() -> None:
         print(f"{prefix}_ref_{s}: {row['reference']:.4f}")
         print(f"{prefix}_diff_{s}: {row['diff']:+.4f}")
         print(f"{prefix}_wall_s_{s}: {row['wall_s']:.1f}")
+        if row["refusals"]:
+            r = row["refusals"]
+            print(f"ef_failed_admissions_{s}: {r['failed_events']}")
+            collateral = f"{r['collateral_refused']} in {r['collateral_events']} events"
+            print(f"ef_collateral_refusals_{s}: {collateral}")
+        if prefix == "ef" and s in ARTIFACT_REFUSALS:
+            refused, failed, coll, events = ARTIFACT_REFUSALS[s]
+            print(f"ef_artifact_refusals_{s}: {refused} ({failed} failed events)")
+            print(f"ef_artifact_collateral_refusals_{s}: {coll} in {events} events")
         if s == "cluster01" and prefix == "ef":
             print(f"ef_cluster01_wall_s: {row['wall_s']:.1f}")
             speedup = ARTIFACT_CLUSTER01_WALL_S / row["wall_s"]

@@ -206,6 +206,13 @@ class ElasticFlow:
     _memo: dict[str, tuple[int, bool, list[int], list[int], float]] = field(
         default_factory=dict, init=False
     )
+    _infeasible: list[str] = field(default_factory=list, init=False)
+    refusals: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("failed_events", "refused", "collateral_events", "collateral_refused"), 0
+        ),
+        init=False,
+    )
 
     def __post_init__(self) -> None:
         """Build the overhead model."""
@@ -238,8 +245,23 @@ class ElasticFlow:
             )
             job.plan, job.real_end, profile = p, p.real_end, p.profile
             ok = ok and p.ok
+            if not p.ok:
+                self._infeasible.append(job_id)
         self._profile = profile
         return ok
+
+    def _count_refusal(self, arrivals: list[str]) -> None:
+        """Count a failed admission event; collateral when no newcomer itself was infeasible.
+
+        These are the figures of ``ALGORITHM.md`` §4.2 (refusals at admission, failed events,
+        and refusals caused only by already-admitted jobs that fell behind).
+        """
+        refused = sum(not self._jobs[j].best_effort for j in arrivals)
+        self.refusals["failed_events"] += 1
+        self.refusals["refused"] += refused
+        if not set(arrivals) & set(self._infeasible):
+            self.refusals["collateral_events"] += 1
+            self.refusals["collateral_refused"] += refused
 
     def decide(self, snap: SlotSnapshot) -> SlotDecision:
         """One ElasticFlow decision."""
@@ -252,10 +274,13 @@ class ElasticFlow:
         arrivals = [j for j in snap.arrivals if j in views]
         rejected: list[str] = []
         admitted: list[str] = []
+        self._infeasible = []
         if arrivals and self._estimate(runnable + arrivals, left, snap):
             runnable += arrivals
             admitted = [j for j in arrivals if not self._jobs[j].best_effort]
         else:
+            if arrivals:
+                self._count_refusal(arrivals)
             for j in arrivals:
                 (runnable if self._jobs[j].best_effort else rejected).append(j)
             self._estimate(runnable, left, snap)
