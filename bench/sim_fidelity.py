@@ -10,7 +10,7 @@ script it prints ``key: value`` lines (``ef_ratio_<setting>``, ``ef_ref_<setting
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 from qosflow.sim.engine import SimConfig, simulate
 from qosflow.sim.policies.edf_elastic import EdfElastic
@@ -54,7 +54,9 @@ def run_setting(setting: str, policy_name: str) -> dict[str, Any]:
     policy = ElasticFlow(table, slot=slot) if policy_name == "elasticflow" else EdfElastic()
     # ElasticFlow's own simulator: its end events and its accounting (planned finish of the last
     # re-planning); EDF's completion there is exact, so it runs on the exact engine.
-    completion = "artifact" if policy_name == "elasticflow" else "exact"
+    completion: Literal["exact", "artifact"] = (
+        "artifact" if policy_name == "elasticflow" else "exact"
+    )
     config = SimConfig(
         capacity=shape.total, node_size=shape.gpus_per_node, slot=slot, completion=completion
     )
