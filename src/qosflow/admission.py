@@ -320,6 +320,7 @@ def admit(
     if_not_guaranteed: str = "run_best_effort",
     slot_s: float = 60.0,
     max_utilisation: float = 1.0,
+    counter_offer: bool = True,
 ) -> Verdict:
     """Decide whether ``new`` can be guaranteed next to the guaranteed jobs in ``admitted``.
 
@@ -332,6 +333,8 @@ def admit(
         if_not_guaranteed: ``run_best_effort`` or ``reject``.
         slot_s: Length of the fine slots of the timeline.
         max_utilisation: Share of the capacity the energy test counts on (packing slack).
+        counter_offer: Search the earliest deadline that would pass when ``new`` does not (a
+            binary search over the timeline; skip it when nobody will read the offer).
 
     Raises:
         SpecError: On a bad capacity, time, slot length or policy.
@@ -388,7 +391,7 @@ def admit(
     base, base_failed = _run(s.tl, s.healthy, stop=False, snapshots=snapshots)
     snapshots.append(s.tl.free.copy())
     reservations, shares = _slot0(s.healthy, base), {k: p.share for k, p in base.items()}
-    offer = _offer(s, base, base_failed, snapshots, new.margin)
+    offer = _offer(s, base, base_failed, snapshots, new.margin) if counter_offer else None
     kind: Kind = "rejected" if hopeless or if_not_guaranteed == "reject" else "best_effort"
     units = 0 if kind == "rejected" else fresh.quickest(fresh.due - now)
     why += f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""

@@ -34,6 +34,7 @@ learnt factor, the probe and slow-down rules), exactly as the Airflow watch does
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import math
@@ -110,6 +111,7 @@ class QosflowPolicy:
     _pairs: list[tuple[float, float]] = field(default_factory=list)
     _oracle_factor: Calibration | None = None
     _floor: dict[str, float] = field(default_factory=dict)
+    _asked: dict[str, int] = field(default_factory=dict)
 
     def _prepare(self, view: JobView, snap: SlotSnapshot) -> _Job:
         spec = job_spec(
@@ -183,28 +185,34 @@ class QosflowPolicy:
         rejected: list[str] = []
         reasons: dict[str, str] = {}
         new = set(snap.arrivals)
-        waiting = [  # told "not guaranteed" earlier but still able to make it: ask again
-            j
+        freed = bool(snap.completed)
+        waiting = [  # told "not guaranteed" earlier but still able to make it: ask again when
+            j  # a job finished (capacity freed), else once per dwell period (its margin shrinks)
             for j in jobs.values()
             if j.view.job_id not in new
             and j.view.job_id not in self._guaranteed
             and j.klass != "qosflow-late"
+            and (freed or snap.now - self._asked.get(j.view.job_id, -math.inf) >= self.dwell_s)
         ]
+        for job in waiting:
+            self._asked[job.view.job_id] = snap.now
         arrivals = sorted(
             [*(jobs[a] for a in snap.arrivals if a in jobs), *waiting],
             key=lambda j: (j.view.deadline, j.view.submit, j.view.job_id),
         )
+        promised = [(g, self._candidate(jobs[g])) for g in sorted(self._guaranteed) if g in jobs]
         for job in arrivals:
             if job.view.best_effort:
                 continue
             verdict = admission.admit(
                 self._candidate(job),
-                [self._candidate(jobs[g]) for g in sorted(self._guaranteed) if g in jobs],
+                [c for _, c in promised],
                 capacity=snap.capacity,
                 now=float(snap.now),
                 if_not_guaranteed=job.spec.if_not_guaranteed,
                 slot_s=float(snap.slot),
                 max_utilisation=self.max_utilisation,
+                counter_offer=job.view.job_id in new,  # a job asked again was told already
             )
             if job.view.job_id in new or verdict.kind == "guaranteed":
                 reasons[job.view.job_id] = verdict.reason
@@ -213,6 +221,7 @@ class QosflowPolicy:
                 current = self._oracle_factor or self.calibration
                 self._floor[job.view.job_id] = current.factor if current is not None else 1.0
                 admitted.append(job.view.job_id)
+                bisect.insort(promised, (job.view.job_id, self._candidate(job)))
             elif job.spec.if_not_guaranteed == "reject":
                 rejected.append(job.view.job_id)  # only on request: otherwise it runs best-effort
         return admitted, rejected, reasons
@@ -255,6 +264,7 @@ class QosflowPolicy:
         for gone in set(self._classes) - live:
             self._classes.pop(gone, None)
             self._floor.pop(gone, None)
+            self._asked.pop(gone, None)
             self._rescaled_at.pop(gone, None)
         return SlotDecision(
             allocation={k: v for k, v in alloc.items() if v > 0},
