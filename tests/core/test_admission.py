@@ -265,6 +265,18 @@ def test_the_counter_offer_passes_the_test(
 
 
 @PROPS
+@given(scenarios())
+def test_without_the_counter_offer_the_verdict_is_the_same(
+    sc: tuple[Candidate, list[Candidate], int],
+) -> None:
+    new, admitted, capacity = sc
+    full = admit(new, admitted, capacity=capacity, now=NOW)
+    quick = admit(new, admitted, capacity=capacity, now=NOW, counter_offer=False)
+    assert quick.counter_offer is None
+    assert (quick.kind, quick.units, quick.at_risk) == (full.kind, full.units, full.at_risk)
+
+
+@PROPS
 @given(scenarios(), st.sampled_from(["run_best_effort", "reject"]))
 def test_rejected_only_when_hopeless_alone_or_the_policy_says_so(
     sc: tuple[Candidate, list[Candidate], int], policy: str
