@@ -188,6 +188,8 @@ def cluster04() -> None:
         "r = run_policy(w, 'qosflow', slot=60, speeds='oracle', seed=1, sigma=0.0, bound=None,"
         " timing=True)\n"
         "print('cluster04.qosflow_ratio:', f'{r.metrics.ratio:.3f}')\n"
+        "print('cluster04.qosflow_met:', f'{r.metrics.met}/{r.metrics.deadline_jobs}')\n"
+        "print('cluster04.qosflow_guarantee_violations:', r.metrics.guarantee_violations)\n"
         "print('cluster04.qosflow_wall_s:', f'{time.perf_counter() - t:.1f}')\n"
         "print('cluster04.peak_rss_mb:', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
     )
