@@ -27,9 +27,14 @@ tables, inflated by a conformal factor learnt online from realised progress once
 are logged (it covers restart overheads the tables leave out); learned speeds plan on the core's
 :func:`qosflow.predict.belief_from_fit` of the job's progress (bootstrap quantile times the same
 learnt factor, the probe and slow-down rules), exactly as the Airflow watch does
-(:mod:`qosflow.sim.adapter`; ``tests/sim/test_parity.py``). The factor only ever grows (see
-``_ratchet``); a guarantee that slips is repaired by running it now, ahead of the others (see
-``_repair``); a job not guaranteed on arrival is asked again at every decision.
+(:mod:`qosflow.sim.adapter`; ``tests/sim/test_parity.py``).
+
+Keeping promises: a guarantee is planned with at least the factor it was admitted under
+(``_promise``), and the learnt factor only grows once learnt (``_ratchet``); a guarantee that
+slips is repaired by running it now, ahead of the others (``_repair``); an unguaranteed job that
+can make it only at its knee gets it when every guarantee still fits around it
+(``_last_chances``); a job not guaranteed on arrival is asked again when a job finished or once
+per dwell period.
 """
 
 from __future__ import annotations
@@ -166,9 +171,9 @@ class QosflowPolicy:
     def _promise(self, view: JobView, spec: JobSpec, belief: Belief) -> Belief:
         """The belief guarantees are planned on: never less conservative than at admission.
 
-        The conformal factor is re-learnt at every decision and moves both ways. A guarantee was
-        proved under the factor of its admission; re-planning it under a smaller one would hand
-        its slack to newcomers, and when the factor rises again the plan no longer fits. So a
+        A guarantee was proved under the factor of its admission; re-planning it under a smaller
+        one (the first learnt factor may be below the core's default 1.15) would hand its slack
+        to newcomers, and the plan would no longer fit when the factor rises again. So a
         guaranteed job is planned with the larger of today's factor and its admission factor.
         """
         current = self._oracle_factor or self.calibration
@@ -281,9 +286,10 @@ class QosflowPolicy:
         conservative step time *before* inflation predicted for the steps it did, and the seconds
         it took (overheads and noise included). The factor inflates that conservative time, so
         it is calibrated on it (split conformal on the quantity it scales; with oracle speeds the
-        conservative time is the table's). :func:`qosflow.predict.calibrate` turns the recent pairs into the inflation
-        factor. With oracle speeds this learns only what the tables leave out (restart overheads,
-        decision cadence); until enough pairs exist the oracle is trusted as it is.
+        conservative time is the table's). :func:`qosflow.predict.calibrate` turns the recent
+        pairs into the inflation factor, which then only grows (:func:`_ratchet`). With oracle
+        speeds this learns only what the tables leave out (restart overheads, decision cadence);
+        until enough pairs exist the oracle is trusted as it is.
         """
         if self.calibration is None and not self.recalibrate:
             return
@@ -390,7 +396,7 @@ class QosflowPolicy:
 
 
 def _ratchet(old: Calibration | None, new: Calibration) -> Calibration:
-    """The factor only ever grows.
+    """The learnt factor only ever grows (the first one learnt replaces the default).
 
     The quantile of a sliding window of interval ratios wobbles with the window's mix; every
     guarantee is re-planned on it at every decision, so a dip would hand slack to newcomers that
@@ -427,7 +433,7 @@ def _repair(
     by a belief that turned more pessimistic) must not be starved: that turns a slip of seconds
     into a broken promise. It is placed *ahead* of the other guarantees, due as soon as its
     fastest level can finish it (forward, from now), and the others are re-filled around it.
-    The repaired plan is kept only when it breaks no more guarantees than the original one.
+    The repaired plan is kept only when it places every guarantee.
     """
     failed = set(plan.failed)
     urgent = []
