@@ -70,7 +70,7 @@ def _plan(args: argparse.Namespace) -> int:
         store = HistoryStore(args.history)
         prior = store.prior(job.key, job.resources.unit, job.resources.per_node)
         calibration = store.calibration(job.key)
-        history = store.samples(job.key, job.resources.unit)
+        history = store.history(job.key, job.resources.unit)
     result = plan_job(
         job,
         capacity=cluster.total_units,

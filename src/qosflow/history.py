@@ -17,6 +17,7 @@ sample twice (a retried task) stores it once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from qosflow.predict import Calibration
     from qosflow.speed import ProgressSample, SpeedModel
 
-__all__ = ["DEFAULT_URL", "HistoryError", "HistoryStore"]
+__all__ = ["DEFAULT_URL", "HistoryError", "HistoryStore", "end_to_end"]
 
 DEFAULT_URL = "sqlite:///.qosflow/history.db"
 BUSY_TIMEOUT_MS = 30_000
@@ -194,6 +195,17 @@ class HistoryStore:
             rows = conn.execute(query).all()
         return [ProgressSample(float(r[0]), int(r[1]), int(r[2])) for r in reversed(rows)]
 
+    def history(self, key: str, unit: str, *, limit: int = 5000) -> list[ProgressSample]:
+        """The newest samples of ``key`` on ``unit``, ready to fit: runs laid end to end.
+
+        Two runs of one key may overlap in time (two DAG runs, or a retry next to a slow run).
+        The fit orders samples by time, which would interleave them into nonsense; so each run
+        (contiguous in recording order) that starts before the previous one ended is shifted to
+        start just after it. Step times within a run are unchanged; runs that did not overlap
+        keep their times.
+        """
+        return end_to_end(self.samples(key, unit, limit=limit))
+
     def count_samples(self, key: str | None = None) -> int:
         """Number of stored samples, of one key or of all."""
         query = select(func.count()).select_from(samples_table)
@@ -233,8 +245,31 @@ class HistoryStore:
         """Speed model fitted over the stored samples, or ``None`` when they cannot be fitted."""
         from qosflow.speed import fit
 
-        stored = self.samples(key, unit)
+        stored = self.history(key, unit)
         if not stored:
             return None
         result = fit(stored, node_size=node_size)
         return result.model if result.success else None
+
+
+RUN_GAP_S = 60.0
+"""Seconds between two runs laid end to end (more than any sampling interval)."""
+
+
+def end_to_end(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
+    """Samples in recording order with overlapping runs shifted after one another.
+
+    A new run starts where, in recording order, time goes back or the step counter drops.
+    """
+    from qosflow.speed import ProgressSample  # lazy: keeps writer processes light
+
+    out: list[ProgressSample] = []
+    shift, end = 0.0, -math.inf
+    for i, s in enumerate(samples):
+        prev = samples[i - 1] if i else None
+        if prev is None or s.time < prev.time or s.steps_done < prev.steps_done:  # a new run
+            shift = max(end + RUN_GAP_S - s.time, 0.0)
+        t = s.time + shift
+        out.append(ProgressSample(t, s.steps_done, s.units))
+        end = max(end, t)
+    return out

@@ -98,7 +98,7 @@ def plan_job(
         samples: Progress already observed for this job (usually none).
         prior: Speed model from history (``HistoryStore.prior``), or ``None`` for the default.
         calibration: Conformal calibration from history, or ``None`` for the default factor.
-        history: Progress samples of earlier runs of the job's key (``HistoryStore.samples``).
+        history: Progress samples of earlier runs of the job's key (``HistoryStore.history``).
             While this job has measured nothing, it is planned on what they measured: their
             sizes count as observed (the probe rule) and their spread sets the conservative
             bound, instead of the prior's shape alone.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import time
 from pathlib import Path
@@ -75,6 +76,24 @@ def test_prior_fits_the_stored_samples(tmp_path: Path) -> None:
     prior = store.prior("k", "cpu", node_size=8)
     assert prior is not None
     for units in (1, 2, 4):
+        assert prior.step_time(units) == pytest.approx(truth.step_time(units), rel=0.05)
+
+
+def test_two_runs_that_overlapped_in_time_are_both_learnt_from(tmp_path: Path) -> None:
+    store = HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
+    truth = SpeedModel(0.02, 0.8, 0.05, 0.0, 0.0, 8)
+    rng = np.random.default_rng(4)
+    # two runs of the key side by side (two DAG runs the same night), at the same and at
+    # another size: ordered by time their samples would interleave into nonsense
+    store.record_samples("k", "cpu", stream(truth, 2, 2000, rng, 1000.0))
+    store.record_samples("k", "cpu", stream(truth, 2, 2000, rng, 1003.0))
+    store.record_samples("k", "cpu", stream(truth, 4, 2000, rng, 1005.0))
+    laid = store.history("k", "cpu")
+    assert [s.steps_done for s in laid] == [s.steps_done for s in store.samples("k", "cpu")]
+    assert all(b.time > a.time for a, b in itertools.pairwise(laid))
+    prior = store.prior("k", "cpu", node_size=8)
+    assert prior is not None
+    for units in (2, 4):
         assert prior.step_time(units) == pytest.approx(truth.step_time(units), rel=0.05)
 
 

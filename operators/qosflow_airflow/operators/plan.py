@@ -118,7 +118,7 @@ class PlanTrainingOperator(QosflowOperator):
         try:
             prior = store.prior(spec.key, res.unit, res.per_node)
             calibration = store.calibration(spec.key)
-            history = store.samples(spec.key, res.unit)
+            history = store.history(spec.key, res.unit)
         finally:
             store.close()
         run_id = context.get("run_id") or ""
