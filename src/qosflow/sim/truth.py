@@ -123,12 +123,10 @@ class FittedSpeeds(Mapping[int, float]):
     Attributes:
         fit: The core's fit on the observed progress (``success=False``: the prior's shape).
         table: Median iterations/s of ``fit.model`` at each allowed level with a finite step time.
-        prior: The prior the fit was made with.
     """
 
     fit: core_speed.FitResult
     table: Mapping[int, float]
-    prior: core_speed.SpeedModel
 
     def __getitem__(self, units: int) -> float:
         """Median iterations/s at ``units``."""
@@ -174,7 +172,7 @@ def fitted_speeds(
     model = result.model
     # SpeedModel.throughput is 0 for a non-finite or zero step time (no division by zero).
     table = MappingProxyType({k: v for k in sorted(levels) if (v := model.throughput(k)) > 0})
-    return FittedSpeeds(result, table, prior)
+    return FittedSpeeds(result, table)
 
 
 class LearnedBelief(Belief):
