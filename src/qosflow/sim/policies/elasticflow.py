@@ -430,22 +430,15 @@ class ElasticFlow:
         """
         keys, vals = self._profile
         lo = bisect_right(keys, fut) - 1
+        by_deadline = bisect_right(keys, align(snap.now, self._jobs[j].ddl, snap.slot))
         memo = self._memo.get(j)
         if memo is not None and memo[0] == fut:
-            hi = (
-                bisect_right(keys, align(snap.now, self._jobs[j].ddl, snap.slot))
-                if memo[1]
-                else len(keys)
-            )
+            hi = by_deadline if memo[1] else len(keys)
             if memo[2] == keys[lo + 1 : hi] and memo[3] == vals[lo:hi]:
                 return memo[4]
         scored = self._trial(j, left, snap, want_profile=False)
         gs = gpu_seconds(scored.allocations, scored.end)
-        hi = (
-            bisect_right(keys, align(snap.now, self._jobs[j].ddl, snap.slot))
-            if scored.ok
-            else len(keys)
-        )
+        hi = by_deadline if scored.ok else len(keys)
         self._memo[j] = (fut, scored.ok, keys[lo + 1 : hi], vals[lo:hi], gs)
         return gs
 
