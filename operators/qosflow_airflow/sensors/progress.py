@@ -124,20 +124,19 @@ class DeadlineProgressSensor(BaseSensorOperator):
 
     def _poke_setup(self, context: Any) -> tuple[Any, Watcher]:
         from qosflow_airflow.state import TrainingState
-        from qosflow_airflow.watch import rescale_overhead
 
         state, rows = self._inputs(context)
         st = TrainingState.from_dict(state)
         hold = st.spec.dwell_seconds if self.hold_seconds is None else self.hold_seconds
+        cluster = self.hook.get_cluster()
         watcher = new_watcher(
             st,
             history_url=st.history_url or self.hook.config.history_url,
             samples=samples_from_rows(rows),
             hold_s=float(hold),
             end_only=self.end_only,
+            cluster=cluster,
         )
-        cluster = self.hook.get_cluster()
-        watcher.rescale_overhead_s = rescale_overhead(cluster, st.spec.resources.unit)
         return cluster, watcher
 
     def poke(self, context: Any) -> PokeReturnValue:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from qosflow.cluster import ClusterView
+from qosflow.cluster import Actuator, ClusterView
 from qosflow.errors import ClusterError, QosflowError
 from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, config_from_connection
 from qosflow_airflow.state import TrainingState, samples_from_rows
@@ -88,18 +88,14 @@ class DeadlineProgressTrigger(BaseTrigger):
         state = TrainingState.from_dict(self.state)
         spec = state.spec
         url = state.history_url or history_url
-        watcher = new_watcher(
+        return new_watcher(
             state,
             history_url=url,
             samples=samples_from_rows(self.samples),
             hold_s=spec.dwell_seconds if self.hold_seconds is None else float(self.hold_seconds),
             end_only=self.end_only,
+            cluster=cluster,
         )
-        if cluster is not None and not self.end_only:
-            from qosflow_airflow.watch import rescale_overhead
-
-            watcher.rescale_overhead_s = rescale_overhead(cluster, spec.resources.unit)
-        return watcher
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll until the watch ends; yield exactly one event."""
@@ -138,9 +134,14 @@ def new_watcher(
     samples: Sequence[Any] = (),
     hold_s: float,
     end_only: bool = False,
+    cluster: Actuator | None = None,
 ) -> Watcher:
-    """A watcher for the current segment, primed with history (blocking)."""
-    from qosflow_airflow.watch import Watcher
+    """A watcher for the current segment, primed with history (blocking).
+
+    With ``cluster``, a watcher that decides is told what a rescale costs there (in-place resize
+    or checkpoint-restart); an ``end_only`` watcher decides nothing and does not ask.
+    """
+    from qosflow_airflow.watch import Watcher, rescale_overhead
 
     spec = state.spec
     prior, calibration = None, None
@@ -164,6 +165,8 @@ def new_watcher(
     )
     if calibration is not None:
         watcher.calibration = calibration
+    if cluster is not None and not end_only:
+        watcher.rescale_overhead_s = rescale_overhead(cluster, spec.resources.unit)
     return watcher
 
 
