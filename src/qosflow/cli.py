@@ -65,12 +65,12 @@ def _plan(args: argparse.Namespace) -> int:
         )
     prior, calibration, history = None, None, []
     if args.history:
-        from qosflow.history import HistoryStore
+        from qosflow.history import HistoryStore, prior_of
 
         store = HistoryStore(args.history)
-        prior = store.prior(job.key, job.resources.unit, job.resources.per_node)
-        calibration = store.calibration(job.key)
         history = store.history(job.key, job.resources.unit)
+        prior = prior_of(history, job.resources.per_node)
+        calibration = store.calibration(job.key)
     result = plan_job(
         job,
         capacity=cluster.total_units,

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from qosflow.predict import Calibration
     from qosflow.speed import ProgressSample, SpeedModel
 
-__all__ = ["DEFAULT_URL", "HistoryError", "HistoryStore", "end_to_end"]
+__all__ = ["DEFAULT_URL", "HistoryError", "HistoryStore", "end_to_end", "prior_of"]
 
 DEFAULT_URL = "sqlite:///.qosflow/history.db"
 BUSY_TIMEOUT_MS = 30_000
@@ -243,13 +243,17 @@ class HistoryStore:
 
     def prior(self, key: str, unit: str, node_size: int) -> SpeedModel | None:
         """Speed model fitted over the stored samples, or ``None`` when they cannot be fitted."""
-        from qosflow.speed import fit
+        return prior_of(self.history(key, unit), node_size)
 
-        stored = self.history(key, unit)
-        if not stored:
-            return None
-        result = fit(stored, node_size=node_size)
-        return result.model if result.success else None
+
+def prior_of(history: Sequence[ProgressSample], node_size: int) -> SpeedModel | None:
+    """The prior a key's history gives (:meth:`HistoryStore.prior` on already-read samples)."""
+    from qosflow.speed import fit
+
+    if not history:
+        return None
+    result = fit(history, node_size=node_size)
+    return result.model if result.success else None
 
 
 RUN_GAP_S = 60.0

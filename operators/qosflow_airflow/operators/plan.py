@@ -1,11 +1,12 @@
 """``PlanTrainingOperator`` and ``SubmitTrainingOperator``: admit and size a job, then launch it.
 
-Planning is :func:`qosflow.planning.plan_job` on live data: the history store's prior and
-calibration for the job's key, the cluster's capacity, and the jobs already guaranteed on it (read
-back from their workflows' plan annotations, :mod:`qosflow_airflow.admitted`). The plan goes to
-XCom as JSON with its reason in words, the run-unique job id that names the workflows, and the
-admission block the workflows' plan annotation carries for later plans. ``rejected`` fails the task without retry and names the counter-offer
-deadline; nothing is submitted. ``best_effort`` continues with a warning naming the counter-offer.
+Planning is :func:`qosflow.planning.plan_job` on live data: the history store's samples (what
+earlier runs of the key measured), prior and calibration for the job's key, the cluster's
+capacity, and the jobs already guaranteed on it (read back from their workflows' plan
+annotations, :mod:`qosflow_airflow.admitted`). The plan goes to XCom as JSON with its reason in
+words, the run-unique job id that names the workflows, and the admission block the workflows'
+plan annotation carries for later plans. ``rejected`` fails the task without retry and names the
+counter-offer deadline; nothing is submitted. ``best_effort`` continues with a warning naming the counter-offer.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class PlanTrainingOperator(QosflowOperator):
         return guarded(lambda: self._plan(context))
 
     def _plan(self, context: Any) -> dict[str, Any]:
+        from qosflow.history import prior_of
         from qosflow.planning import plan_job
 
         cluster = self.hook.get_cluster()
@@ -116,9 +118,9 @@ class PlanTrainingOperator(QosflowOperator):
             raise SpecError("initial_units", f"must be one of {list(res.levels)} (got {forced})")
         store = self.hook.get_history()
         try:
-            prior = store.prior(spec.key, res.unit, res.per_node)
-            calibration = store.calibration(spec.key)
             history = store.history(spec.key, res.unit)
+            prior = prior_of(history, res.per_node)
+            calibration = store.calibration(spec.key)
         finally:
             store.close()
         run_id = context.get("run_id") or ""
