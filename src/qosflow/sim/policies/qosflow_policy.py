@@ -181,6 +181,8 @@ class QosflowPolicy:
         if current is None and floor <= 0.0:
             return belief
         factor = max(floor, current.factor if current is not None else 1.0)
+        if self.calibration is not None and factor == self.calibration.factor:
+            return belief  # learned speeds: ``belief`` was built with this very factor
         return belief_of(view, spec.resources.levels, Calibration(factor, 0))
 
     def _admit(
