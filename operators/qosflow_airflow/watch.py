@@ -91,6 +91,8 @@ class Watcher:
         last_rescale_at: When the size last changed (for the core's dwell rule).
         history: Samples from earlier rounds (used for the fit, not reported again).
         prior: Speed model from the history store, if any.
+        known: Sizes the prior was fitted on (the key's history measured them): they count as
+            observed for the probe rule.
         calibration: Conformal calibration from the history store.
         hold_s: How long an actionable decision must hold before it is reported.
         end_only: Report only the end of the workflow (the finish step's wait).
@@ -103,6 +105,7 @@ class Watcher:
     last_rescale_at: float | None = None
     history: Sequence[ProgressSample] = ()
     prior: SpeedModel | None = None
+    known: tuple[int, ...] = ()
     calibration: Calibration = field(default_factory=Calibration)
     hold_s: float = 0.0
     end_only: bool = False
@@ -148,6 +151,7 @@ class Watcher:
             [*self.history, *self.samples],
             prior=self.prior,
             calibration=self.calibration,
+            known=self.known,
         )
         snap = JobSnapshot(
             spec=self.spec,

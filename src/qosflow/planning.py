@@ -18,7 +18,7 @@ from qosflow.decide import Decision, JobSnapshot, decide, margin_for
 from qosflow.predict import Belief, Calibration, Prediction, belief_from_fit, predict, schedule
 from qosflow.priority import argo_priority, classify, laxity
 from qosflow.spec import JobSpec
-from qosflow.speed import ProgressSample, SpeedModel, fit, pessimistic_prior
+from qosflow.speed import ProgressSample, SpeedModel, fit, measured_units, pessimistic_prior
 
 
 def belief_for(
@@ -27,18 +27,21 @@ def belief_for(
     *,
     prior: SpeedModel | None = None,
     calibration: Calibration | None = None,
+    known: Sequence[int] = (),
 ) -> Belief:
     """Fit the job's speed from its progress samples (and prior) and turn it into a belief.
 
     Without a history prior, the user's ``step_seconds_estimate`` shapes a pessimistic default; with
     neither, nothing is known until the first steady progress window (every step time infinite).
+    ``known``: the sizes the history prior was fitted on (``measured_units`` of the key's
+    history), which count as observed (:func:`qosflow.predict.belief_from_fit`).
     """
     if prior is None and job.step_seconds_estimate is not None:
         prior = pessimistic_prior(
             job.resources.per_node, step_time=job.step_seconds_estimate, units=job.resources.min
         )
     result = fit(samples, node_size=job.resources.per_node, prior=prior)
-    return belief_from_fit(result, job.resources.levels, calibration or Calibration())
+    return belief_from_fit(result, job.resources.levels, calibration or Calibration(), known=known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +104,14 @@ def plan_job(
         history: Progress samples of earlier runs of the job's key (``HistoryStore.history``).
             While this job has measured nothing, it is planned on what they measured: their
             sizes count as observed (the probe rule) and their spread sets the conservative
-            bound, instead of the prior's shape alone.
+            bound, instead of the prior's shape alone. Once it has measured, their sizes still
+            count as observed when ``prior`` is given (it is their fit, ``prior_of(history)``).
 
     Returns:
         The plan: verdict, initial size, prediction, priority and schedule.
     """
-    belief = belief_for(job, samples or history, prior=prior, calibration=calibration)
+    known = measured_units(history) if samples and prior is not None else ()
+    belief = belief_for(job, samples or history, prior=prior, calibration=calibration, known=known)
     cand = candidate(job, belief, steps_done=0, now=now)
     unknown = all(math.isinf(t) for t in cand.step_time)
     if unknown and job.if_not_guaranteed == "reject":

@@ -92,7 +92,12 @@ class Belief:
 
 
 def belief_from_fit(
-    fit: FitResult, levels: Sequence[int], calibration: Calibration, *, quantile: float = QUANTILE
+    fit: FitResult,
+    levels: Sequence[int],
+    calibration: Calibration,
+    *,
+    quantile: float = QUANTILE,
+    known: Sequence[int] = (),
 ) -> Belief:
     """The belief a fit supports over the allowed levels.
 
@@ -104,6 +109,11 @@ def belief_from_fit(
         levels: Allowed sizes.
         calibration: Conformal inflation of the conservative curve.
         quantile: Bootstrap quantile of the conservative step time.
+        known: Sizes the fit's prior was itself fitted on (:func:`qosflow.speed.measured_units`
+            of the key's history). Earlier runs of the key measured them, so they count as
+            observed, for the probe rule and the slow-down rule, next to the job's own sizes.
+            Only sizes the prior's data covered may be passed: a size no fit behind the belief
+            saw is an extrapolation, whoever ran there.
     """
     ordered = tuple(sorted(set(levels)))
     med = fit.model.step_times(ordered)
@@ -114,10 +124,11 @@ def belief_from_fit(
     else:
         cons = med
     cons = cons * max(calibration.factor, 1.0)
-    if fit.observed_units:
+    observed = tuple(sorted({*fit.observed_units, *known}))
+    if observed:
         # below the smallest observed size, never assume better than linear slow-down: the
         # prior is pessimistic about scaling *up*, which makes it optimistic about scaling down
-        low = min(fit.observed_units)
+        low = observed[0]
         ns = np.array(ordered, dtype=np.float64)
         at_low = float(fit.model.step_time(low)) * max(calibration.factor, 1.0) * low
         cons = np.where(ns < low, np.maximum(cons, at_low / ns), cons)
@@ -125,9 +136,7 @@ def belief_from_fit(
         n: (1.0 / max(c, sys.float_info.min) if c > 0 and math.isfinite(c) else 0.0)
         for n, c in zip(ordered, cons.tolist(), strict=True)
     }
-    return Belief(
-        fit.model, TableCurve(table), ordered, knee(fit.model, ordered), fit.observed_units
-    )
+    return Belief(fit.model, TableCurve(table), ordered, knee(fit.model, ordered), observed)
 
 
 def oracle_belief(curve: SpeedCurve, levels: Sequence[int]) -> Belief:

@@ -419,6 +419,16 @@ def fit(
     return FitResult(True, model, residual, len(samples), observed, message, boot, int(units.size))
 
 
+def measured_units(samples: Sequence[ProgressSample]) -> tuple[int, ...]:
+    """Sizes with at least one steady window in ``samples`` (what :func:`fit` reports observed).
+
+    Applied to a key's history it gives the sizes the history prior was fitted on, which a new
+    run of the key may count as measured (``known`` in :func:`qosflow.predict.belief_from_fit`).
+    """
+    units, _, _ = _window_arrays(samples, WARMUP_STEPS, WARMUP_S, WINDOW_INTERVALS)
+    return tuple(int(u) for u in np.unique(units).tolist())
+
+
 def knee(curve: SpeedCurve, levels: Sequence[int]) -> int:
     """The throughput knee: the smallest level with the highest throughput.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from qosflow.planning import plan_job
-from qosflow.speed import SpeedModel, fit
+from qosflow.speed import SpeedModel, fit, measured_units
 
 TRUE = SpeedModel(0.05, 1.0, 0.05, 0.002, 0.1, node_size=8)
 
@@ -36,3 +36,21 @@ def test_own_progress_wins_over_history(spec_of, stream_of, t0) -> None:
     plan = plan_job(spec, capacity=16, now=t0, samples=tonight, history=history)
 
     assert plan.prediction.median_finish - t0 > 1.5 * 12_000 * TRUE.step_time(8)
+
+
+def test_once_a_run_measured_the_sizes_of_its_history_still_count(spec_of, stream_of, t0) -> None:
+    # earlier runs measured 2, 4 and 8 units; tonight's run has measured only 2 so far
+    sizes = [(2, 400), (4, 400), (8, 400)]
+    history = stream_of(TRUE, sizes, np.random.default_rng(3), start=t0 - 86_400)
+    tonight = stream_of(TRUE, [(2, 400)], np.random.default_rng(4), start=t0 - 200.0)
+    prior = fit(history, node_size=8).model
+    spec = spec_of(total_steps=12_000, deadline_s=4000.0)
+
+    plan = plan_job(spec, capacity=16, now=t0, samples=tonight, prior=prior, history=history)
+    alone = plan_job(spec, capacity=16, now=t0, samples=tonight, prior=prior)
+
+    assert plan.candidate is not None and alone.candidate is not None
+    assert max(plan.candidate.levels) == 8  # the probe rule counts 4 and 8 as measured
+    assert max(alone.candidate.levels) == 4  # one level beyond 2
+    assert measured_units(history) == (2, 4, 8)
+    assert measured_units(history[:3]) == ()  # warm-up only: nothing steady

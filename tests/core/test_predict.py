@@ -220,3 +220,21 @@ def test_below_the_observed_sizes_the_conservative_curve_is_at_least_linear(stre
     for n in (1, 2):
         assert belief.conservative.step_time(n) >= scales_well.step_time(n)
         assert belief.conservative.step_time(n) >= belief.median.step_time(4) * 4 / n
+
+
+def test_sizes_the_prior_was_fitted_on_count_as_observed(stream_of) -> None:
+    """A key's history measured 2..16; this run measured 4 so far: plan up to 32, not 8."""
+    truth = SpeedModel(0.01, 1.0, 0.02, 0.0, 0.0, node_size=8)
+    history = stream_of(truth, [(2, 300), (8, 300), (16, 300)], np.random.default_rng(3))
+    prior = fit(history, node_size=8)
+    own = fit(
+        stream_of(truth, [(4, 300)], np.random.default_rng(4)), node_size=8, prior=prior.model
+    )
+    levels = (*LEVELS, 32)
+    alone = belief_from_fit(own, levels, Calibration())
+    known = belief_from_fit(own, levels, Calibration(), known=prior.observed_units)
+    assert alone.observed == (4,) and alone.probe_limit == 8
+    assert known.observed == (2, 4, 8, 16) and known.probe_limit == 32
+    # below the smallest size anyone measured (2), the slow-down rule starts from 2, not 4
+    assert known.conservative.step_time(2) < alone.conservative.step_time(2)
+    assert known.conservative.step_time(1) >= known.median.step_time(2) * 2

@@ -173,3 +173,55 @@ def test_the_qosflow_policy_decides_through_this_adapter() -> None:
     assert qosflow_policy.belief_of is adapter.belief_of
     assert getattr(qosflow_policy, "job_snapshot", None) is adapter.job_snapshot
     assert getattr(xing19, "belief_of", None) is adapter.belief_of
+
+
+def test_sizes_of_the_key_history_count_as_observed_on_both_sides() -> None:
+    """A run of the key measured 8 units; the new run measured only 2 so far.
+
+    The simulator's belief keeps the last run's fit and sizes (``FittedSpeeds.known``); the watch
+    is primed as ``new_watcher`` primes it from the history store: ``prior_of`` the history and
+    ``measured_units`` of it. Both must plan up to 16 units (one level beyond 8), not 4.
+    """
+    from qosflow.history import prior_of
+    from qosflow.speed import measured_units
+
+    case = CASES[0]
+    j = case["job"]
+    curve = {int(k): float(v) for k, v in case["speeds"].items()}
+    earlier = TraceJob(**{**j, "job_id": "earlier"}, duration=0.0)
+    job = TraceJob(**j, duration=0.0)
+    truth = Truth(ThroughputTable("A100", {(job.model, job.batch_size): curve}))
+    belief = LearnedBelief(truth, node_size=SIM["node_size"])
+    run = [(10.0 * i, 10.0 * i * curve[8], 8) for i in range(40)]
+    belief.speeds(earlier, run)
+    own = [(1000.0 + 10.0 * i, 10.0 * i * curve[2], 2) for i in range(40)]
+    speeds = belief.speeds(job, own)
+    assert isinstance(speeds, FittedSpeeds)
+    assert speeds.known == (8,)
+
+    spec = job_from_dict(case["spec"])
+    history = [ProgressSample(t, int(d), u) for t, d, u in run]
+    watcher = Watcher(
+        spec=spec,
+        workflow=f"{spec.name}-0",
+        last_rescale_at=None,
+        prior=prior_of(history, spec.resources.per_node),
+        known=measured_units(history),
+        calibration=CALIBRATION,
+    )
+    watcher.samples = [ProgressSample(t, int(d), u) for t, d, u in own]
+    theirs = belief_for(
+        spec,
+        watcher.samples,
+        prior=watcher.prior,
+        calibration=watcher.calibration,
+        known=watcher.known,
+    )
+    view = replace(_view(case), speeds=speeds, units=2, done=own[-1][1])
+    ours = adapter.belief_of(view, spec.resources.levels, CALIBRATION)
+    assert ours.observed == theirs.observed == (2, 8)
+    assert ours.probe_limit == theirs.probe_limit == 16
+    assert all(
+        ours.conservative.step_time(n) == pytest.approx(theirs.conservative.step_time(n))
+        for n in spec.resources.levels
+    )

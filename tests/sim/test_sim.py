@@ -299,3 +299,40 @@ def test_artifact_completion_mode_reproduces_elasticflow_on_elasticvpollux() -> 
     result = simulate(jobs, t4, ElasticFlow(t4, slot=60), cfg)
     assert sum(o.rejected for o in result.outcomes) == 50
     assert round(result.planned_ratio * 195) == 142
+
+
+def test_a_paused_job_is_not_recorded_as_a_slow_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped for two slots in every five and resumed at the same size: the progress samples the
+    learned belief fits must show the pauses, not intervals at 8 GPUs three times too slow."""
+    from qosflow.sim.policy import SlotDecision, SlotSnapshot
+    from qosflow.sim.truth import LearnedBelief
+
+    class PauseAndResume(EdfElastic):
+        def decide(self, snap: SlotSnapshot) -> SlotDecision:
+            paused = snap.now // snap.slot % 5 >= 3
+            units = {} if paused else {j.job_id: 8 for j in snap.jobs}
+            return SlotDecision(allocation=units, wake_at=snap.now + snap.slot)  # every slot
+
+    seen: list[tuple[float, float, int]] = []
+    fitted = LearnedBelief.speeds
+
+    def spy(self: LearnedBelief, job: object, samples: list[tuple[float, float, int]]) -> object:
+        seen[:] = samples
+        return fitted(self, job, samples)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LearnedBelief, "speeds", spy)
+    size = int(3600 * T8)
+    _run(
+        _trace(tmp_path, [f"a,0,{size},resnet50,99999,256,8,3600"]),
+        PauseAndResume(),
+        speeds="learned",
+    )
+    rates = [
+        (d1 - d0) / (t1 - t0)
+        for (_, _, u_prev), (t0, d0, u), (t1, d1, u1) in zip(seen, seen[1:], seen[2:], strict=False)
+        if u == u1 == u_prev == 8  # a steady interval at 8 (not the first after a (re)start)
+    ]
+    assert len(rates) >= 10 and any(u == 0 for _, _, u in seen)
+    assert all(r == pytest.approx(T8, rel=1e-6) for r in rates)

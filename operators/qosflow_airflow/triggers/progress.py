@@ -145,21 +145,26 @@ def new_watcher(
 
     spec = state.spec
     prior, calibration = None, None
+    known: tuple[int, ...] = ()
     if history_url:
-        from qosflow.history import HistoryStore
+        from qosflow.history import HistoryStore, prior_of
+        from qosflow.speed import measured_units
 
         store = HistoryStore(history_url)
         try:
-            prior = store.prior(spec.key, spec.resources.unit, spec.resources.per_node)
+            history = store.history(spec.key, spec.resources.unit)
             calibration = store.calibration(spec.key)
         finally:
             store.close()
+        prior = prior_of(history, spec.resources.per_node)
+        known = measured_units(history) if prior is not None else ()
     watcher = Watcher(
         spec=spec,
         workflow=state.workflow,
         last_rescale_at=state.last_rescale_at,
         history=tuple(samples),
         prior=prior,
+        known=known,
         hold_s=hold_s,
         end_only=end_only,
     )

@@ -12,7 +12,8 @@ must reach the same decision (``tests/sim/test_parity.py``), so:
   core's fit; :func:`belief_of` turns the fit into a belief with
   :func:`qosflow.predict.belief_from_fit` -- what :func:`qosflow.planning.belief_for` does for the
   watch: bootstrap-quantile conservative step times times the conformal factor, a linear slow-down
-  below the smallest observed size, and the observed sizes the probe rule needs. Oracle speeds
+  below the smallest observed size, and the observed sizes the probe rule needs (the job's own and
+  those its prior was fitted on, ``FittedSpeeds.known``, as the watch's ``known``). Oracle speeds
   (``calibration is None``) are the true table as both median and conservative; a plain table with
   a calibration (the oracle policy's promise, a hand-made view) is inflated by the factor.
 * **Snapshot.** :func:`job_snapshot`: a job holding no units is *queued* and asks for its
@@ -73,7 +74,7 @@ def belief_of(view: JobView, levels: tuple[int, ...], calibration: Calibration |
     """
     speeds = view.speeds
     if calibration is not None and isinstance(speeds, FittedSpeeds):
-        return belief_from_fit(speeds.fit, levels, calibration)
+        return belief_from_fit(speeds.fit, levels, calibration, known=speeds.known)
     curve = TableCurve(speeds)
     base = oracle_belief(curve, levels)
     if calibration is None:

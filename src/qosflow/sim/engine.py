@@ -359,6 +359,8 @@ class _Run:
             self.invalidate(lv)
             used += units
             if units == 0:
+                if lv.rate > 0.0:  # stopped: close its last interval (a pause is not slow progress)
+                    lv.samples.append((float(now), lv.done, 0))
                 lv.rate = 0.0
                 continue
             lv.rate = self.truth.speed(lv.job, units) * self.cfg.noise.factor(self.rng)

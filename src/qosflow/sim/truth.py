@@ -123,10 +123,13 @@ class FittedSpeeds(Mapping[int, float]):
     Attributes:
         fit: The core's fit on the observed progress (``success=False``: the prior's shape).
         table: Median iterations/s of ``fit.model`` at each allowed level with a finite step time.
+        known: Sizes the fit's prior was fitted on (the key's last run measured them); they
+            count as observed (``known`` of :func:`qosflow.predict.belief_from_fit`).
     """
 
     fit: core_speed.FitResult
     table: Mapping[int, float]
+    known: tuple[int, ...] = ()
 
     def __getitem__(self, units: int) -> float:
         """Median iterations/s at ``units``."""
@@ -160,6 +163,7 @@ def fitted_speeds(
     levels: Sequence[int],
     node_size: int,
     prior: core_speed.SpeedModel,
+    known: Sequence[int] = (),
 ) -> FittedSpeeds:
     """Fit ``qosflow.speed`` on observed ``(time, done, units)`` samples; tabulate on ``levels``.
 
@@ -172,7 +176,7 @@ def fitted_speeds(
     model = result.model
     # SpeedModel.throughput is 0 for a non-finite or zero step time (no division by zero).
     table = MappingProxyType({k: v for k in sorted(levels) if (v := model.throughput(k)) > 0})
-    return FittedSpeeds(result, table)
+    return FittedSpeeds(result, table, tuple(known))
 
 
 class LearnedBelief(Belief):
@@ -181,7 +185,9 @@ class LearnedBelief(Belief):
     A job's key is its model and batch size. Until the job has a steady window of its own, it is
     believed what the latest earlier job of its key measured (that job's fit: its observed sizes
     and spread), as the Airflow plan step plans on the history store's samples of the key; once
-    it has measured, its own fit rules, with that model as the prior's shape. Before any job of
+    it has measured, its own fit rules, with that model as the prior's shape and the sizes that
+    run measured counted as observed (as the Airflow watch counts the sizes of the history its
+    prior was fitted on: :func:`qosflow.speed.measured_units`). Before any job of
     the key has run, the prior is the job's own request: the table value at ``num_gpu`` (what a
     user could measure once) extrapolated with the core's pessimistic prior shape.
     """
@@ -209,9 +215,10 @@ class LearnedBelief(Belief):
             levels=levels,
             node_size=self._node_size,
             prior=prior or request_prior(self._truth, job, self._node_size),
+            known=last.fit.observed_units if last is not None else (),
         )
         if not out.fit.observed_units and last is not None:
-            out = last  # nothing measured yet: what the last run of the key measured
+            out = FittedSpeeds(last.fit, last.table)  # nothing measured yet: the last run's fit
         elif out.fit.success and out.fit.observed_units and len(out.table) == len(levels):
             self._history[key] = out  # measured, finite everywhere: the key's history now
         self._cache[job.job_id] = (len(samples), out)
