@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -212,3 +213,19 @@ def test_a_last_chance_never_takes_what_a_promise_needs() -> None:
     d = policy.decide(SlotSnapshot(60, 60, 8, 8, 1, ("t",), (), (t, g)))
     assert d.allocation["g"] == 8
     assert d.allocation.get("t", 0) == 0
+
+
+def test_a_promise_at_risk_runs_ahead_of_jobs_without_one() -> None:
+    policy = QosflowPolicy()
+    # both need the whole cluster for 1000 s: g1 by 2000 s, g2 by 2400 s; u has no deadline
+    g1, g2 = _view("g1", 2000.0, 6500, SPEEDS), _view("g2", 2400.0, 6500, SPEEDS)
+    u = _view("u", math.inf, 10**6, SPEEDS, best_effort=True)
+    first = policy.decide(SlotSnapshot(0, 60, 8, 8, 0, ("g1", "g2", "u"), (), (g1, g2, u)))
+    assert first.admitted == ("g1", "g2")
+    # 1500 s later neither has started (say the cluster failed them) and u holds the cluster:
+    # neither promise can be kept any more, but the earlier one must run, not u
+    late = [replace(g, units=0) for g in (g1, g2)]
+    running = replace(u, units=8, done=1000.0)
+    d = policy.decide(SlotSnapshot(1500, 60, 8, 8, 1, (), (), (*late, running)))
+    assert d.allocation.get("g1") == 8
+    assert d.allocation.get("u", 0) == 0

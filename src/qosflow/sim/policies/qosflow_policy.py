@@ -14,7 +14,9 @@ into the core's inputs and the core's answers into a :class:`~qosflow.sim.policy
    units the plan needs *now*; the policy asks to be woken when a planned block starts.
 3. **Minimal shares** (:func:`qosflow.decide.minimal_share`, with the core's margin): guaranteed
    jobs, then every other deadline job that can still make it, earliest deadline first. A job past
-   its margin but not hopeless gets its knee.
+   its margin but not hopeless, and a guaranteed job even the fastest size it may be planned at no
+   longer saves (a promise at risk: it runs as fast as it may rather than starve), get that size:
+   the knee, unless the probe rule stops short of it.
 4. **Rescale rules** (:func:`qosflow.decide.decide`): a running job keeps the size the core's rules
    choose (scale down only with hysteresis, dwell and a real benefit).
 5. **Leftover**: waiting jobs start, then spare units go one level at a time to the job saving the
@@ -135,20 +137,24 @@ class QosflowPolicy:
         )
         queued = js.queued
         need = minimal_share(belief, js) if not view.best_effort else None
-        knee = predict(
+        # the fastest size it may be planned at: the knee, unless the probe rule stops short of
+        # it (beyond the measured sizes the conservative bound is the prior's, not the job's)
+        cap = min(belief.knee, max(belief.probe_limit, js.units))
+        fastest = predict(
             belief,
             now=js.now,
             steps_done=js.steps_done,
             total_steps=spec.total_steps,
-            units=belief.knee,
+            units=cap,
             current_units=js.units,
         )
-        hopeless = not view.best_effort and knee.conservative_finish > view.deadline
-        tight = not hopeless and not view.best_effort and (need is None or need >= belief.knee)
-        if need is None and tight:
-            need = belief.knee  # inside the margin but still possible: all it can use
+        hopeless = not view.best_effort and fastest.conservative_finish > view.deadline
+        tight = not hopeless and not view.best_effort and (need is None or need >= cap)
+        at_risk = hopeless and view.job_id in self._guaranteed  # never starve a broken promise
+        if need is None and (tight or at_risk):
+            need = cap  # inside the margin but still possible, or a promise at risk: all it may use
         finish = (
-            knee.conservative_finish
+            fastest.conservative_finish
             if need is None
             else js.now + max(view.remaining, 0.0) * belief.conservative.step_time(need)
         )
