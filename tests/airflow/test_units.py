@@ -619,3 +619,23 @@ def test_report_has_a_verdict_table_and_a_labelled_plot(tmp_path):
         marks=[],
     )
     assert late.verdict() == "r: deadline MISSED, 4 s late" and not late.met
+
+
+def test_the_watch_is_primed_with_the_sizes_its_key_history_measured(tmp_path):
+    """new_watcher: the prior is the history's fit, and the sizes it was fitted on count as
+    observed, so a run that has measured 1 CPU may plan 2 when earlier runs measured 2."""
+    from qosflow.history import HistoryStore
+    from qosflow.speed import ProgressSample
+    from qosflow_airflow.triggers.progress import new_watcher
+
+    url = f"sqlite:///{tmp_path}/history.db"
+    key = spec().key
+    store = HistoryStore(url)
+    try:
+        store.record_samples(key, "cpu", [ProgressSample(10.0 * i, 20 * i, 2) for i in range(30)])
+    finally:
+        store.close()
+    primed = new_watcher(state(history_url=url), history_url=url, hold_s=0.0)
+    empty = new_watcher(state(history_url=url), history_url="", hold_s=0.0)
+    assert primed.known == (2,) and primed.prior is not None
+    assert empty.known == () and empty.prior is None
