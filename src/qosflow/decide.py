@@ -297,7 +297,7 @@ def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> Decision | None
 
 def _at_risk(snap: JobSnapshot, belief: Belief, margin: float, free_units: int) -> Decision:
     """Even the best plannable size (knee, probe-limited) misses: run as fast as reachable now."""
-    cap = min(belief.knee, max(belief.probe_limit, snap.units))
+    cap = belief.best_plannable(snap.units)
     reach = cap if snap.queued else min(cap, snap.units + max(free_units, 0))
     holding = _in_dwell(snap) and not snap.queued
     fits = [n for n in belief.levels if n <= reach]

@@ -90,6 +90,14 @@ class Belief:
         top = max(self.observed)
         return next((n for n in self.levels if n > top), self.levels[-1])
 
+    def best_plannable(self, units: int) -> int:
+        """The fastest size a job now at ``units`` may be planned at.
+
+        The knee, unless the probe rule stops short of it (beyond the measured sizes the
+        conservative bound is the prior's, not the job's); the current size always counts.
+        """
+        return min(self.knee, max(self.probe_limit, units))
+
 
 def belief_from_fit(
     fit: FitResult,

@@ -137,9 +137,7 @@ class QosflowPolicy:
         )
         queued = js.queued
         need = minimal_share(belief, js) if not view.best_effort else None
-        # the fastest size it may be planned at: the knee, unless the probe rule stops short of
-        # it (beyond the measured sizes the conservative bound is the prior's, not the job's)
-        cap = min(belief.knee, max(belief.probe_limit, js.units))
+        cap = belief.best_plannable(js.units)
         fastest = predict(
             belief,
             now=js.now,
