@@ -47,9 +47,9 @@ from qosflow.errors import QosflowError, SpecError
 
 if TYPE_CHECKING:
     from qosflow.predict import Calibration
-    from qosflow.speed import ProgressSample, SpeedModel
+    from qosflow.speed import FitResult, ProgressSample, SpeedModel
 
-__all__ = ["DEFAULT_URL", "HistoryError", "HistoryStore", "end_to_end", "prior_of"]
+__all__ = ["DEFAULT_URL", "HistoryError", "HistoryStore", "end_to_end", "fit_of", "prior_of"]
 
 DEFAULT_URL = "sqlite:///.qosflow/history.db"
 BUSY_TIMEOUT_MS = 30_000
@@ -246,14 +246,24 @@ class HistoryStore:
         return prior_of(self.history(key, unit), node_size)
 
 
-def prior_of(history: Sequence[ProgressSample], node_size: int) -> SpeedModel | None:
-    """The prior a key's history gives (:meth:`HistoryStore.prior` on already-read samples)."""
+def fit_of(history: Sequence[ProgressSample], node_size: int) -> FitResult | None:
+    """The fit of a key's history, or ``None`` when it is empty or cannot be fitted.
+
+    Its ``model`` is the prior (:func:`prior_of`); its ``observed_units`` are the sizes that
+    prior was fitted on, which a new run of the key counts as measured (``known``).
+    """
     from qosflow.speed import fit
 
     if not history:
         return None
     result = fit(history, node_size=node_size)
-    return result.model if result.success else None
+    return result if result.success else None
+
+
+def prior_of(history: Sequence[ProgressSample], node_size: int) -> SpeedModel | None:
+    """The prior a key's history gives (:meth:`HistoryStore.prior` on already-read samples)."""
+    result = fit_of(history, node_size)
+    return result.model if result is not None else None
 
 
 RUN_GAP_S = 60.0

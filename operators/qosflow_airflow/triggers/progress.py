@@ -147,8 +147,7 @@ def new_watcher(
     prior, calibration = None, None
     known: tuple[int, ...] = ()
     if history_url:
-        from qosflow.history import HistoryStore, prior_of
-        from qosflow.speed import measured_units
+        from qosflow.history import HistoryStore, fit_of
 
         store = HistoryStore(history_url)
         try:
@@ -156,8 +155,9 @@ def new_watcher(
             calibration = store.calibration(spec.key)
         finally:
             store.close()
-        prior = prior_of(history, spec.resources.per_node)
-        known = measured_units(history) if prior is not None else ()
+        fitted = fit_of(history, spec.resources.per_node)  # the prior and the sizes it saw
+        if fitted is not None:
+            prior, known = fitted.model, fitted.observed_units
     watcher = Watcher(
         spec=spec,
         workflow=state.workflow,
