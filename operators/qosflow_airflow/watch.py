@@ -23,7 +23,7 @@ from qosflow.decide import Action, Decision, JobSnapshot, decide, margin_for
 from qosflow.planning import belief_for
 from qosflow.predict import Calibration
 from qosflow.spec import JobSpec, Unit
-from qosflow.speed import ProgressSample, SpeedModel
+from qosflow.speed import Measured, ProgressSample, SpeedModel
 from qosflow_airflow.state import json_safe, samples_to_rows
 
 DONE, FAILED, DECISION = "done", "failed", "decision"
@@ -91,8 +91,8 @@ class Watcher:
         last_rescale_at: When the size last changed (for the core's dwell rule).
         history: Samples from earlier rounds (used for the fit, not reported again).
         prior: Speed model from the history store, if any.
-        known: Sizes the prior was fitted on (the key's history measured them): they count as
-            observed for the probe rule.
+        known: What the history the prior was fitted on measured, by size: those sizes count as
+            observed for the probe rule and their medians anchor the belief.
         calibration: Conformal calibration from the history store.
         hold_s: How long an actionable decision must hold before it is reported.
         end_only: Report only the end of the workflow (the finish step's wait).
@@ -105,7 +105,7 @@ class Watcher:
     last_rescale_at: float | None = None
     history: Sequence[ProgressSample] = ()
     prior: SpeedModel | None = None
-    known: tuple[int, ...] = ()
+    known: tuple[Measured, ...] = ()
     calibration: Calibration = field(default_factory=Calibration)
     hold_s: float = 0.0
     end_only: bool = False

@@ -49,9 +49,19 @@ if TYPE_CHECKING:
     from qosflow.predict import Calibration
     from qosflow.speed import FitResult, ProgressSample, SpeedModel
 
-__all__ = ["DEFAULT_URL", "HistoryError", "HistoryStore", "end_to_end", "fit_of", "prior_of"]
+__all__ = [
+    "DEFAULT_URL",
+    "HISTORY_LIMIT",
+    "HistoryError",
+    "HistoryStore",
+    "end_to_end",
+    "fit_of",
+    "prior_of",
+]
 
 DEFAULT_URL = "sqlite:///.qosflow/history.db"
+HISTORY_LIMIT = 5000
+"""Newest samples of a key a plan or a watch reads (:meth:`HistoryStore.history`)."""
 BUSY_TIMEOUT_MS = 30_000
 """How long a SQLite writer waits for the other writer's lock before giving up."""
 
@@ -176,7 +186,7 @@ class HistoryStore:
             return insert(table).prefix_with("IGNORE")
         return insert(table)
 
-    def samples(self, key: str, unit: str, *, limit: int = 5000) -> list[ProgressSample]:
+    def samples(self, key: str, unit: str, *, limit: int = HISTORY_LIMIT) -> list[ProgressSample]:
         """The newest ``limit`` samples of ``key`` on ``unit``, in the order they were recorded.
 
         Recording order (not time) keeps each recorded run contiguous even when two runs of the
@@ -195,7 +205,7 @@ class HistoryStore:
             rows = conn.execute(query).all()
         return [ProgressSample(float(r[0]), int(r[1]), int(r[2])) for r in reversed(rows)]
 
-    def history(self, key: str, unit: str, *, limit: int = 5000) -> list[ProgressSample]:
+    def history(self, key: str, unit: str, *, limit: int = HISTORY_LIMIT) -> list[ProgressSample]:
         """The newest samples of ``key`` on ``unit``, ready to fit: runs laid end to end.
 
         Two runs of one key may overlap in time (two DAG runs, or a retry next to a slow run).

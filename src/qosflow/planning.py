@@ -18,7 +18,7 @@ from qosflow.decide import Decision, JobSnapshot, decide, margin_for
 from qosflow.predict import Belief, Calibration, Prediction, belief_from_fit, predict, schedule
 from qosflow.priority import argo_priority, classify, laxity
 from qosflow.spec import JobSpec
-from qosflow.speed import ProgressSample, SpeedModel, fit, measured_units, pessimistic_prior
+from qosflow.speed import Measured, ProgressSample, SpeedModel, fit, measured, pessimistic_prior
 
 
 def belief_for(
@@ -27,14 +27,15 @@ def belief_for(
     *,
     prior: SpeedModel | None = None,
     calibration: Calibration | None = None,
-    known: Sequence[int] = (),
+    known: Sequence[Measured] = (),
 ) -> Belief:
     """Fit the job's speed from its progress samples (and prior) and turn it into a belief.
 
     Without a history prior, the user's ``step_seconds_estimate`` shapes a pessimistic default; with
     neither, nothing is known until the first steady progress window (every step time infinite).
-    ``known``: the sizes the history prior was fitted on (``measured_units`` of the key's
-    history), which count as observed (:func:`qosflow.predict.belief_from_fit`).
+    ``known``: what the history the prior was fitted on measured (``measured`` of the key's
+    history): those sizes count as observed and their medians anchor the belief
+    (:func:`qosflow.predict.belief_from_fit`).
     """
     if prior is None and job.step_seconds_estimate is not None:
         prior = pessimistic_prior(
@@ -110,7 +111,7 @@ def plan_job(
     Returns:
         The plan: verdict, initial size, prediction, priority and schedule.
     """
-    known = measured_units(history) if samples and prior is not None else ()
+    known = measured(history) if samples and prior is not None else ()
     belief = belief_for(job, samples or history, prior=prior, calibration=calibration, known=known)
     cand = candidate(job, belief, steps_done=0, now=now)
     unknown = all(math.isinf(t) for t in cand.step_time)

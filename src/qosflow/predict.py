@@ -1,7 +1,8 @@
 """Finish-time prediction: a median and a conservative finish for any candidate size.
 
-``finish(n) = now + overhead(n_cur -> n) + remaining_steps * tau(n)``. The median uses the fitted
-model; the conservative finish uses the 90th percentile of the parameter-bootstrap step times at
+``finish(n) = now + overhead(n_cur -> n) + remaining_steps * tau(n)``. The median uses the step time
+measured at ``n`` (by this run or earlier runs of the key), else the fitted model; the conservative
+finish uses that measurement, else the 90th percentile of the parameter-bootstrap step times at
 ``n`` (wide where ``n`` was never observed), inflated by a split-conformal factor learnt from logged
 (predicted, realised) remaining times — 1.15 before any exist.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from qosflow.speed import FitResult, SpeedCurve, TableCurve, features, knee
+from qosflow.speed import FitResult, Measured, SpeedCurve, TableCurve, anchored, features, knee
 
 DEFAULT_FACTOR = 1.15
 """Conformal inflation used before any (predicted, realised) pair has been logged."""
@@ -105,46 +106,52 @@ def belief_from_fit(
     calibration: Calibration,
     *,
     quantile: float = QUANTILE,
-    known: Sequence[int] = (),
+    known: Sequence[Measured] = (),
 ) -> Belief:
     """The belief a fit supports over the allowed levels.
 
-    The conservative step time is the bootstrap quantile times the conformal factor; below the
-    smallest observed size it is at least a linear slow-down from there (``tau(m) * m / n``).
+    Where a size was measured (by this run, or by earlier runs of the key: ``known``), the median
+    step time is the measurement (:func:`qosflow.speed.anchored`) and the conservative one is that
+    times the conformal factor; elsewhere the median is the fitted model and the conservative
+    step time the bootstrap quantile times the factor. Below the smallest measured size it is at
+    least a linear slow-down from there (``tau(m) * m / n``).
 
     Args:
         fit: A speed fit (a failed fit yields the prior's, or an infinite, step time).
         levels: Allowed sizes.
         calibration: Conformal inflation of the conservative curve.
-        quantile: Bootstrap quantile of the conservative step time.
-        known: Sizes the fit's prior was itself fitted on (:func:`qosflow.speed.measured_units`
-            of the key's history). Earlier runs of the key measured them, so they count as
-            observed, for the probe rule and the slow-down rule, next to the job's own sizes.
-            Only sizes the prior's data covered may be passed: a size no fit behind the belief
-            saw is an extrapolation, whoever ran there.
+        quantile: Bootstrap quantile of the conservative step time at unmeasured sizes.
+        known: What earlier runs of the key measured (:func:`qosflow.speed.measured` of the key's
+            history, the data the fit's prior was fitted on). Those sizes count as observed, for
+            the probe rule and the slow-down rule, next to the job's own, and their medians
+            anchor the belief there. Only measurements of the prior's data may be passed: a size
+            no fit behind the belief saw is an extrapolation, whoever ran there.
     """
     ordered = tuple(sorted(set(levels)))
-    med = fit.model.step_times(ordered)
+    median = anchored(fit.model, fit.measured, known)
+    factor = max(calibration.factor, 1.0)
+    model_med = fit.model.step_times(ordered)
     if fit.bootstrap:
         params = np.array([(m.t0, m.t1, m.t2, m.t3, m.t4) for m in fit.bootstrap])
         reps = params @ features(ordered, fit.model.node_size).T
-        cons = np.maximum(np.quantile(reps, quantile, axis=0), med)
+        cons = np.maximum(np.quantile(reps, quantile, axis=0), model_med)
     else:
-        cons = med
-    cons = cons * max(calibration.factor, 1.0)
-    observed = tuple(sorted({*fit.observed_units, *known}))
+        cons = model_med
+    at = median.measured
+    cons = np.array([at.get(n, c) for n, c in zip(ordered, cons.tolist(), strict=True)]) * factor
+    observed = tuple(sorted({*fit.observed_units, *at}))
     if observed:
         # below the smallest observed size, never assume better than linear slow-down: the
         # prior is pessimistic about scaling *up*, which makes it optimistic about scaling down
         low = observed[0]
         ns = np.array(ordered, dtype=np.float64)
-        at_low = float(fit.model.step_time(low)) * max(calibration.factor, 1.0) * low
+        at_low = float(median.step_time(low)) * factor * low
         cons = np.where(ns < low, np.maximum(cons, at_low / ns), cons)
-    table = {
-        n: (1.0 / max(c, sys.float_info.min) if c > 0 and math.isfinite(c) else 0.0)
+    table = {  # a step time that underflowed to 0 is the fastest representable, not "no speed"
+        n: (1.0 / max(c, sys.float_info.min) if c >= 0 and math.isfinite(c) else 0.0)
         for n, c in zip(ordered, cons.tolist(), strict=True)
     }
-    return Belief(fit.model, TableCurve(table), ordered, knee(fit.model, ordered), observed)
+    return Belief(median, TableCurve(table), ordered, knee(median, ordered), observed)
 
 
 def oracle_belief(curve: SpeedCurve, levels: Sequence[int]) -> Belief:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -173,6 +174,28 @@ class Window:
 
 
 @dataclass(frozen=True, slots=True)
+class Measured:
+    """What was measured at one size: the median steady step time over its windows.
+
+    Attributes:
+        units: The size.
+        step_time: Median seconds per step over the steady windows at this size.
+        windows: Number of those windows.
+        noise: Relative spread of one window (scaled MAD; :data:`SIGMA_DEFAULT` for one window).
+    """
+
+    units: int
+    step_time: float
+    windows: int
+    noise: float = SIGMA_DEFAULT
+
+    @property
+    def error(self) -> float:
+        """Relative standard error of :attr:`step_time` (a median of ``windows`` windows)."""
+        return 1.2533 * self.noise / math.sqrt(max(self.windows, 1))
+
+
+@dataclass(frozen=True, slots=True)
 class FitResult:
     """Outcome of :func:`fit`; ``success=False`` carries the reason in ``message``.
 
@@ -185,6 +208,8 @@ class FitResult:
         message: What happened, in words.
         bootstrap: Parameter bootstrap replicas (may be empty).
         windows: Steady windows used.
+        measured: The median step time measured at each observed size (what the fit was fitted
+            to; :func:`anchored` prefers it to the model there).
     """
 
     success: bool
@@ -195,6 +220,7 @@ class FitResult:
     message: str
     bootstrap: tuple[SpeedModel, ...] = ()
     windows: int = 0
+    measured: tuple[Measured, ...] = ()
 
 
 def _segments(samples: Sequence[ProgressSample]) -> list[list[ProgressSample]]:
@@ -412,21 +438,89 @@ def fit(
     if not math.isfinite(residual):
         return FitResult(False, prior or UNKNOWN, math.inf, len(samples), (), "fit is not finite")
     observed = tuple(int(v) for v in n.tolist())
+    seen = _measured(table)
     message = (
         f"fitted {units.size} windows at sizes {list(observed)} (rms error {residual:.1%}, "
         f"{'history' if prior is not None else 'pessimistic default'} prior)"
     )
-    return FitResult(True, model, residual, len(samples), observed, message, boot, int(units.size))
+    return FitResult(
+        True, model, residual, len(samples), observed, message, boot, int(units.size), seen
+    )
 
 
-def measured_units(samples: Sequence[ProgressSample]) -> tuple[int, ...]:
-    """Sizes with at least one steady window in ``samples`` (what :func:`fit` reports observed).
+def _measured(table: tuple[FloatArray, FloatArray, FloatArray, FloatArray]) -> tuple[Measured, ...]:
+    n, tau, sigma, count = table
+    return tuple(
+        Measured(int(u), float(t), int(c), float(e))
+        for u, t, c, e in zip(n.tolist(), tau.tolist(), count.tolist(), sigma.tolist(), strict=True)
+    )
 
-    Applied to a key's history it gives the sizes the history prior was fitted on, which a new
-    run of the key may count as measured (``known`` in :func:`qosflow.predict.belief_from_fit`).
+
+def measured(samples: Sequence[ProgressSample]) -> tuple[Measured, ...]:
+    """The median steady step time at each size of ``samples`` (what :func:`fit` is fitted to).
+
+    Applied to a key's history it gives what earlier runs of the key measured, which a new run
+    counts as measured (``known`` in :func:`qosflow.predict.belief_from_fit`).
     """
-    units, _, _ = _window_arrays(samples, WARMUP_STEPS, WARMUP_S, WINDOW_INTERVALS)
-    return tuple(int(u) for u in np.unique(units).tolist())
+    units, taus, _ = _window_arrays(samples, WARMUP_STEPS, WARMUP_S, WINDOW_INTERVALS)
+    return _measured(_levels_table(units, taus)) if units.size else ()
+
+
+@dataclass(frozen=True, slots=True)
+class AnchoredCurve:
+    """A fitted model anchored to measurements: the measured median wherever a size was measured.
+
+    The five-parameter model cannot follow every real speed curve exactly (a few per cent off at
+    some sizes is common); where a size was measured, the measurement is the better estimate, and
+    the model only fills the sizes nobody measured.
+
+    Attributes:
+        model: The fitted model (every size without a measurement).
+        measured: Measured median step time by size.
+    """
+
+    model: SpeedModel
+    measured: Mapping[int, float]
+
+    def step_time(self, n: int) -> float:
+        """Seconds per step: the measurement at ``n`` if there is one, else the model's."""
+        value = self.measured.get(n)
+        return value if value is not None else self.model.step_time(n)
+
+
+def anchored(
+    model: SpeedModel, own: Sequence[Measured], known: Sequence[Measured] = ()
+) -> AnchoredCurve:
+    """``model`` anchored to what this run measured (``own``) and earlier runs measured (``known``).
+
+    While this run agrees with the earlier ones (at every size both measured, within
+    ``max(2.5 x`` the standard errors combined``, 1 %)``), they are one sample: each size takes
+    the window-weighted geometric mean of every median measured there. Once this run contradicts
+    them (tonight's data make every step slower, say), its own medians rule where it measured,
+    and the sizes only earlier runs measured keep their shape, rescaled by how this run compares
+    with them where both measured (the window-weighted geometric mean of the ratios).
+    """
+    mine = {m.units: m for m in own}
+    common = [(mine[k.units], k) for k in known if k.units in mine]
+    ratio = np.array([math.log(a.step_time / b.step_time) for a, b in common])
+    tol = np.array([max(2.5 * math.hypot(a.error, b.error), 0.01) for a, b in common])
+    table: dict[int, float] = {}
+    if not common or bool(np.all(np.abs(ratio) <= tol)):
+        pooled: dict[int, list[Measured]] = {}
+        for m in (*own, *known):
+            pooled.setdefault(m.units, []).append(m)
+        for units, ms in pooled.items():
+            logs = [math.log(m.step_time) for m in ms]
+            weights = [max(m.windows, 1) for m in ms]
+            table[units] = (
+                ms[0].step_time if len(ms) == 1 else math.exp(np.average(logs, weights=weights))
+            )
+    else:
+        weights = [max(min(a.windows, b.windows), 1) for a, b in common]
+        scale = math.exp(float(np.average(ratio, weights=weights)))
+        table = {k.units: k.step_time * scale for k in known if k.units not in mine}
+        table.update({m.units: m.step_time for m in own})
+    return AnchoredCurve(model, MappingProxyType(dict(sorted(table.items()))))
 
 
 def knee(curve: SpeedCurve, levels: Sequence[int]) -> int:

@@ -637,5 +637,5 @@ def test_the_watch_is_primed_with_the_sizes_its_key_history_measured(tmp_path):
         store.close()
     primed = new_watcher(state(history_url=url), history_url=url, hold_s=0.0)
     empty = new_watcher(state(history_url=url), history_url="", hold_s=0.0)
-    assert primed.known == (2,) and primed.prior is not None
+    assert [m.units for m in primed.known] == [2] and primed.prior is not None
     assert empty.known == () and empty.prior is None

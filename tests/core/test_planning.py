@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from qosflow.planning import plan_job
-from qosflow.speed import SpeedModel, fit, measured_units
+from qosflow.speed import SpeedModel, fit, measured
 
 TRUE = SpeedModel(0.05, 1.0, 0.05, 0.002, 0.1, node_size=8)
 
@@ -52,5 +52,5 @@ def test_once_a_run_measured_the_sizes_of_its_history_still_count(spec_of, strea
     assert plan.candidate is not None and alone.candidate is not None
     assert max(plan.candidate.levels) == 8  # the probe rule counts 4 and 8 as measured
     assert max(alone.candidate.levels) == 4  # one level beyond 2
-    assert measured_units(history) == (2, 4, 8)
-    assert measured_units(history[:3]) == ()  # warm-up only: nothing steady
+    assert [m.units for m in measured(history)] == [2, 4, 8]
+    assert measured(history[:3]) == ()  # warm-up only: nothing steady

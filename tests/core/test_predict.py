@@ -6,6 +6,7 @@ import itertools
 import math
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -100,6 +101,13 @@ def _monotone_fit(model: SpeedModel, boot_scale: list[float]) -> FitResult:
     return FitResult(True, model, 0.0, 10, (1,), "constructed", boot)
 
 
+@example(  # a step time that underflowed to 0 once read as "no speed" (infinite step time)
+    model=SpeedModel(0.0, 5e-324, 0.0, 0.0, 0.0, node_size=8),
+    scales=[1.0, 2.0],
+    done=0,
+    total=1,
+    factor=1.0,
+)
 @example(  # a subnormal step time once overflowed 1/c to an infinite throughput ("not allowed")
     model=SpeedModel(0.0, 2.2250738585072014e-308, 0.0, 0.0, 0.0, node_size=8),
     scales=[1.0, 1.0],
@@ -232,9 +240,24 @@ def test_sizes_the_prior_was_fitted_on_count_as_observed(stream_of) -> None:
     )
     levels = (*LEVELS, 32)
     alone = belief_from_fit(own, levels, Calibration())
-    known = belief_from_fit(own, levels, Calibration(), known=prior.observed_units)
+    known = belief_from_fit(own, levels, Calibration(), known=prior.measured)
     assert alone.observed == (4,) and alone.probe_limit == 8
     assert known.observed == (2, 4, 8, 16) and known.probe_limit == 32
     # below the smallest size anyone measured (2), the slow-down rule starts from 2, not 4
     assert known.conservative.step_time(2) < alone.conservative.step_time(2)
     assert known.conservative.step_time(1) >= known.median.step_time(2) * 2
+
+
+def test_where_a_size_was_measured_the_belief_is_the_measurement(stream_of) -> None:
+    """The model misses a wobbly real curve by up to ~20 %; at measured sizes plan on the data."""
+    wobbly = TableCurve({1: 1.0, 2: 1 / 0.55, 4: 1 / 0.26, 8: 1 / 0.2, 16: 1 / 0.09})
+    samples = stream_of(wobbly, [(2, 300), (8, 300)], np.random.default_rng(5), sigma=0.03)
+    result = fit(samples, node_size=8)
+    belief = belief_from_fit(result, LEVELS, Calibration(1.1, 50))
+    for m in result.measured:
+        assert belief.median.step_time(m.units) == m.step_time
+        assert belief.conservative.step_time(m.units) == pytest.approx(m.step_time * 1.1)
+        assert abs(m.step_time / wobbly.step_time(m.units) - 1) < 0.02
+    assert belief.median.step_time(4) == result.model.step_time(4)  # unmeasured: the model
+    # the knee follows the measurements: 8 units really are faster than 2
+    assert belief.knee >= 8

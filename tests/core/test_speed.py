@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from qosflow.speed import (
     UNKNOWN,
     FitResult,
+    Measured,
     ProgressSample,
     SpeedModel,
     TableCurve,
+    anchored,
     fit,
     knee,
     pessimistic_prior,
@@ -204,3 +206,40 @@ def test_fit_never_raises_on_arbitrary_samples(samples: list[ProgressSample]) ->
     if result.success:
         assert all(n >= 1 for n in result.observed_units)
         assert all(v >= 0 for v in result.model.params)
+
+
+# a real speed curve the five-parameter model cannot follow (8 units barely beat 4, 16 jumps)
+WOBBLY = TableCurve({1: 1.0, 2: 1 / 0.55, 4: 1 / 0.26, 8: 1 / 0.2, 16: 1 / 0.09})
+
+
+def test_the_fit_reports_the_median_measured_at_each_size(stream_of) -> None:
+    samples = stream_of(
+        WOBBLY, [(n, 300) for n in ALL_LEVELS], np.random.default_rng(5), sigma=0.03
+    )
+    result = fit(samples, node_size=8)
+    assert [m.units for m in result.measured] == list(result.observed_units) == list(ALL_LEVELS)
+    worst_model = max(_rel(result.model.step_time(n), WOBBLY.step_time(n)) for n in ALL_LEVELS)
+    assert worst_model > 0.1  # the model is far off somewhere ...
+    for m in result.measured:  # ... where the measurement is not
+        assert _rel(m.step_time, WOBBLY.step_time(m.units)) < 0.02, m
+        assert m.windows >= 1 and 0 < m.error < 0.05
+
+
+def test_runs_that_agree_are_pooled_size_by_size() -> None:
+    own = (Measured(4, 1.0, 5, 0.02),)
+    known = (Measured(4, 1.01, 50, 0.02), Measured(8, 0.6, 50, 0.02))
+    curve = anchored(TRUE, own, known)
+    assert 1.0 < curve.step_time(4) < 1.01  # weighted towards the 50 windows of history
+    assert curve.step_time(4) > 1.009
+    assert curve.step_time(8) == 0.6
+    assert curve.step_time(16) == TRUE.step_time(16)  # nobody measured 16: the model
+
+
+def test_a_run_that_contradicts_its_history_rules_and_rescales_it() -> None:
+    """Tonight's data make every step 30 % slower: believe tonight, keep history's shape."""
+    own = (Measured(4, 1.3, 5, 0.02),)
+    known = (Measured(4, 1.0, 50, 0.02), Measured(8, 0.6, 50, 0.02))
+    curve = anchored(TRUE, own, known)
+    assert curve.step_time(4) == 1.3
+    assert curve.step_time(8) == pytest.approx(0.6 * 1.3)
+    assert anchored(TRUE, (), known).step_time(4) == 1.0  # nothing of its own: history as is

@@ -178,12 +178,13 @@ def test_the_qosflow_policy_decides_through_this_adapter() -> None:
 def test_sizes_of_the_key_history_count_as_observed_on_both_sides() -> None:
     """A run of the key measured 8 units; the new run measured only 2 so far.
 
-    The simulator's belief keeps the last run's fit and sizes (``FittedSpeeds.known``); the watch
-    is primed as ``new_watcher`` primes it from the history store: ``prior_of`` the history and
-    ``measured_units`` of it. Both must plan up to 16 units (one level beyond 8), not 4.
+    The simulator's belief fits the key's history of completed runs and keeps what it measured
+    (``FittedSpeeds.known``); the watch is primed as ``new_watcher`` primes it from the history
+    store: ``prior_of`` the history and ``measured`` of it. Both must plan up to 16 units (one
+    level beyond 8), not 4, and both anchor 8 units at what the earlier run measured there.
     """
     from qosflow.history import prior_of
-    from qosflow.speed import measured_units
+    from qosflow.speed import measured
 
     case = CASES[0]
     j = case["job"]
@@ -193,11 +194,12 @@ def test_sizes_of_the_key_history_count_as_observed_on_both_sides() -> None:
     truth = Truth(ThroughputTable("A100", {(job.model, job.batch_size): curve}))
     belief = LearnedBelief(truth, node_size=SIM["node_size"])
     run = [(10.0 * i, 10.0 * i * curve[8], 8) for i in range(40)]
-    belief.speeds(earlier, run)
+    belief.finished(earlier, run)
     own = [(1000.0 + 10.0 * i, 10.0 * i * curve[2], 2) for i in range(40)]
     speeds = belief.speeds(job, own)
     assert isinstance(speeds, FittedSpeeds)
-    assert speeds.known == (8,)
+    assert speeds.known == measured([ProgressSample(t, int(d), u) for t, d, u in run])
+    assert [m.units for m in speeds.known] == [8]
 
     spec = job_from_dict(case["spec"])
     history = [ProgressSample(t, int(d), u) for t, d, u in run]
@@ -206,7 +208,7 @@ def test_sizes_of_the_key_history_count_as_observed_on_both_sides() -> None:
         workflow=f"{spec.name}-0",
         last_rescale_at=None,
         prior=prior_of(history, spec.resources.per_node),
-        known=measured_units(history),
+        known=measured(history),
         calibration=CALIBRATION,
     )
     watcher.samples = [ProgressSample(t, int(d), u) for t, d, u in own]
@@ -225,3 +227,5 @@ def test_sizes_of_the_key_history_count_as_observed_on_both_sides() -> None:
         ours.conservative.step_time(n) == pytest.approx(theirs.conservative.step_time(n))
         for n in spec.resources.levels
     )
+    # 8 units is believed as the earlier run measured it there, not as the model fits it
+    assert ours.median.step_time(8) == theirs.median.step_time(8) == speeds.known[0].step_time

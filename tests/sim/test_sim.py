@@ -336,3 +336,32 @@ def test_a_paused_job_is_not_recorded_as_a_slow_one(
     ]
     assert len(rates) >= 10 and any(u == 0 for _, _, u in seen)
     assert all(r == pytest.approx(T8, rel=1e-6) for r in rates)
+
+
+def test_a_completed_job_leaves_its_progress_to_the_next_job_of_its_key(tmp_path: Path) -> None:
+    """As the finish step records history: b, submitted after a completed, is believed what a
+    measured at 8 GPUs (its completion included) before it has measured anything itself."""
+    from dataclasses import replace
+
+    from qosflow.sim.policy import SlotDecision, SlotSnapshot
+    from qosflow.sim.truth import FittedSpeeds
+
+    first: dict[str, FittedSpeeds] = {}
+
+    class Spy(EdfElastic):
+        def decide(self, snap: SlotSnapshot) -> SlotDecision:
+            for j in snap.jobs:
+                if isinstance(j.speeds, FittedSpeeds):
+                    first.setdefault(j.job_id, j.speeds)
+            decision = super().decide(snap)
+            return replace(decision, wake_at=snap.now + snap.slot)  # sample every slot
+
+    size = int(900 * T8)
+    rows = [f"a,0,{size},resnet50,9000,256,8,900", f"b,3000,{size},resnet50,12000,256,8,900"]
+    result = _run(_trace(tmp_path, rows), Spy(), speeds="learned")
+    assert result.met == 2
+    assert not first["a"].fit.measured  # a came first: only its request was known
+    measured = first["b"].fit.measured  # b's first view: a's history, completion included
+    assert [m.units for m in measured] == [8]
+    assert measured[0].step_time == pytest.approx(1 / T8, rel=1e-3)
+    assert first["b"].fit.n_samples >= 900 // 60

@@ -22,6 +22,7 @@ from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, config_from_connection
 from qosflow_airflow.state import TrainingState, samples_from_rows
 
 if TYPE_CHECKING:
+    from qosflow.speed import Measured
     from qosflow_airflow.watch import Watcher, WatchEvent
 
 ERROR = "error"
@@ -145,7 +146,7 @@ def new_watcher(
 
     spec = state.spec
     prior, calibration = None, None
-    known: tuple[int, ...] = ()
+    known: tuple[Measured, ...] = ()
     if history_url:
         from qosflow.history import HistoryStore, fit_of
 
@@ -157,7 +158,7 @@ def new_watcher(
             store.close()
         fitted = fit_of(history, spec.resources.per_node)  # the prior and the sizes it saw
         if fitted is not None:
-            prior, known = fitted.model, fitted.observed_units
+            prior, known = fitted.model, fitted.measured
     watcher = Watcher(
         spec=spec,
         workflow=state.workflow,

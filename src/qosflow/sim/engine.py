@@ -273,6 +273,8 @@ class _Run:
         del self.live[job_id]
         if at is not None:
             self.completed.append(job_id)
+            final = (float(at), float(lv.job.iterations), lv.units)  # the watch's last poll
+            self.belief.finished(lv.job, [*lv.samples, final])  # the finish step records them
 
     def view(self, lv: _Live) -> JobView:
         j = lv.job

@@ -25,6 +25,7 @@ import numpy as np
 
 from qosflow import speed as core_speed
 from qosflow.errors import SpecError
+from qosflow.history import HISTORY_LIMIT, end_to_end, fit_of
 from qosflow.trace import ThroughputTable, TraceJob
 
 
@@ -96,6 +97,9 @@ class Belief:
         """Believed iterations/s by unit count, given the job's observed (time, done, units)."""
         raise NotImplementedError
 
+    def finished(self, job: TraceJob, samples: Sequence[tuple[float, float, int]]) -> None:
+        """A job completed with these progress samples (the base forgets them)."""
+
 
 class OracleBelief(Belief):
     """Policies see the true tables (ElasticFlow's assumption)."""
@@ -123,13 +127,14 @@ class FittedSpeeds(Mapping[int, float]):
     Attributes:
         fit: The core's fit on the observed progress (``success=False``: the prior's shape).
         table: Median iterations/s of ``fit.model`` at each allowed level with a finite step time.
-        known: Sizes the fit's prior was fitted on (the key's last run measured them); they
-            count as observed (``known`` of :func:`qosflow.predict.belief_from_fit`).
+        known: What the history the fit's prior was fitted on measured (earlier runs of the
+            key): those sizes count as observed and anchor the belief (``known`` of
+            :func:`qosflow.predict.belief_from_fit`).
     """
 
     fit: core_speed.FitResult
     table: Mapping[int, float]
-    known: tuple[int, ...] = ()
+    known: tuple[core_speed.Measured, ...] = ()
 
     def __getitem__(self, units: int) -> float:
         """Median iterations/s at ``units``."""
@@ -163,7 +168,7 @@ def fitted_speeds(
     levels: Sequence[int],
     node_size: int,
     prior: core_speed.SpeedModel,
-    known: Sequence[int] = (),
+    known: Sequence[core_speed.Measured] = (),
 ) -> FittedSpeeds:
     """Fit ``qosflow.speed`` on observed ``(time, done, units)`` samples; tabulate on ``levels``.
 
@@ -182,44 +187,68 @@ def fitted_speeds(
 class LearnedBelief(Belief):
     """Policies see speeds fitted by the core from the observed progress of each job.
 
-    A job's key is its model and batch size. Until the job has a steady window of its own, it is
-    believed what the latest earlier job of its key measured (that job's fit: its observed sizes
-    and spread), as the Airflow plan step plans on the history store's samples of the key; once
-    it has measured, its own fit rules, with that model as the prior's shape and the sizes that
-    run measured counted as observed (as the Airflow watch counts the sizes of the history its
-    prior was fitted on: :func:`qosflow.speed.measured_units`). Before any job of
-    the key has run, the prior is the job's own request: the table value at ``num_gpu`` (what a
-    user could measure once) extrapolated with the core's pessimistic prior shape.
+    A job's key is its model and batch size. Every job that completes leaves its progress samples
+    in the key's history, as the Airflow finish step records them in the history store; the
+    history is read as the store serves it (the newest :data:`HISTORY_LIMIT` samples, runs laid
+    end to end: :func:`qosflow.history.end_to_end`) and fitted once per new run
+    (:func:`qosflow.history.fit_of`). Until a job has a steady window of its own it is believed
+    that fit, as the Airflow plan step plans on the key's history; once it has measured, its own
+    fit rules, with the history's model as the prior and what the history measured as ``known``
+    (as the Airflow watch does). Before any job of the key has completed, the prior is the job's
+    own request: the table value at ``num_gpu`` (what a user could measure once) extrapolated
+    with the core's pessimistic prior shape.
     """
 
     def __init__(self, truth: Truth, *, node_size: int) -> None:
         """Wrap the truth (used only for the levels that exist and the single known point)."""
         self._truth = truth
         self._node_size = node_size
-        self._cache: dict[str, tuple[int, FittedSpeeds]] = {}
-        self._history: dict[tuple[str, int], FittedSpeeds] = {}
+        self._cache: dict[str, tuple[int, int, FittedSpeeds]] = {}
+        self._version: dict[tuple[str, int], int] = {}
+        self._runs: dict[tuple[str, int], list[core_speed.ProgressSample]] = {}
+        self._history: dict[tuple[str, int], FittedSpeeds | None] = {}
+
+    def finished(self, job: TraceJob, samples: Sequence[tuple[float, float, int]]) -> None:
+        """Record a completed job's samples in its key's history (the finish step's record)."""
+        if not samples:
+            return
+        key = (job.model, job.batch_size)
+        runs = self._runs.setdefault(key, [])
+        runs.extend(core_speed.ProgressSample(t, int(d), u) for t, d, u in samples)
+        del runs[: max(len(runs) - HISTORY_LIMIT, 0)]
+        self._history.pop(key, None)
+        self._version[key] = self._version.get(key, 0) + 1
+
+    def _key_history(self, job: TraceJob, levels: Sequence[int]) -> FittedSpeeds | None:
+        key = (job.model, job.batch_size)
+        if key not in self._history:
+            fitted = fit_of(end_to_end(self._runs.get(key, ())), self._node_size)
+            self._history[key] = None
+            if fitted is not None:
+                table = {k: v for k in levels if (v := fitted.model.throughput(k)) > 0}
+                self._history[key] = FittedSpeeds(fitted, MappingProxyType(table))
+        return self._history[key]
 
     def speeds(
         self, job: TraceJob, samples: Sequence[tuple[float, float, int]]
     ) -> Mapping[int, float]:
         """The core's fit on the samples, tabulated on the allowed levels (:class:`FittedSpeeds`)."""
+        version = self._version.get((job.model, job.batch_size), 0)
         cached = self._cache.get(job.job_id)
-        if cached is not None and cached[0] == len(samples):
-            return cached[1]
-        key = (job.model, job.batch_size)
-        last = self._history.get(key)
-        prior = last.fit.model if last is not None else None
+        if cached is not None and cached[:2] == (len(samples), version):
+            return cached[2]
         levels = sorted(self._truth.curve(job))
+        history = self._key_history(job, levels)
         out = fitted_speeds(
             samples,
             levels=levels,
             node_size=self._node_size,
-            prior=prior or request_prior(self._truth, job, self._node_size),
-            known=last.fit.observed_units if last is not None else (),
+            prior=history.fit.model
+            if history is not None
+            else request_prior(self._truth, job, self._node_size),
+            known=history.fit.measured if history is not None else (),
         )
-        if not out.fit.observed_units and last is not None:
-            out = FittedSpeeds(last.fit, last.table)  # nothing measured yet: the last run's fit
-        elif out.fit.success and out.fit.observed_units and len(out.table) == len(levels):
-            self._history[key] = out  # measured, finite everywhere: the key's history now
-        self._cache[job.job_id] = (len(samples), out)
+        if not out.fit.observed_units and history is not None:
+            out = history  # nothing measured yet: what the key's history measured
+        self._cache[job.job_id] = (len(samples), version, out)
         return out
