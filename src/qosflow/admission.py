@@ -360,12 +360,16 @@ def admit(
     s = _setup(new, admitted, capacity, now, slot_s, max_utilisation)
     fresh = s.fresh
     hopeless = now + fresh.alone_s > new.deadline
-    why = (
-        f"{new.name} needs {fresh.alone_s / 3600:.2f} h even alone at {fresh.top} "
-        f"units but only {(new.deadline - now) / 3600:.2f} h are left"
-        if hopeless
-        else s.energy.check(fresh, fresh.due)
-    )
+    alone = f"{new.name} needs {fresh.alone_s / 3600:.2f} h even alone at {fresh.top} units"
+    if hopeless:
+        why: str | None = f"{alone} but only {(new.deadline - now) / 3600:.2f} h are left"
+    elif now + fresh.alone_s > fresh.due:  # in time for the deadline, not for its margin
+        why = (
+            f"{alone} but only {(fresh.due - now) / 3600:.2f} h are left before its deadline "
+            f"minus a {new.margin:.0f} s margin"
+        )
+    else:
+        why = s.energy.check(fresh, fresh.due)
     if why is None:
         k = bisect.bisect_right(s.energy.dues, fresh.due)
         placed, failed = _run(s.tl, [*s.healthy[:k], fresh, *s.healthy[k:]], stop=True)

@@ -525,3 +525,12 @@ def test_max_utilisation_keeps_packing_slack() -> None:
     slack = admit(new, [], capacity=8, now=NOW, max_utilisation=0.7)
     assert slack.kind == "best_effort"
     assert "unit-hours" in slack.reason
+
+
+def test_a_job_in_time_only_without_its_margin_is_told_so() -> None:
+    # alone at 8 units it needs 1.95 h of the 2 h left, but its margin is 10 min
+    new = job("new", 2, int(1.95 * 3600 * 8**0.8), guaranteed=False, margin=600.0)
+    verdict = admit(new, [], capacity=8, now=NOW)
+    assert verdict.kind == "best_effort"  # it may still make it: never refused
+    assert "needs 1.95 h even alone at 8 units but only 1.83 h are left" in verdict.reason
+    assert "600 s margin" in verdict.reason and "inf" not in verdict.reason
