@@ -13,6 +13,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -111,8 +112,9 @@ def belief_from_fit(
     """The belief a fit supports over the allowed levels.
 
     Where a size was measured (by this run, or by earlier runs of the key: ``known``), the median
-    step time is the measurement (:func:`qosflow.speed.anchored`) and the conservative one is that
-    times the conformal factor; elsewhere the median is the fitted model and the conservative
+    step time is the measurement (:func:`qosflow.speed.anchored`) and the conservative one is its
+    upper ``quantile`` bound (normal, on the measurement's standard error) times the conformal
+    factor; elsewhere the median is the fitted model and the conservative
     step time the bootstrap quantile times the factor. Below the smallest measured size it is at
     least a linear slow-down from there (``tau(m) * m / n``).
 
@@ -137,8 +139,9 @@ def belief_from_fit(
         cons = np.maximum(np.quantile(reps, quantile, axis=0), model_med)
     else:
         cons = model_med
-    at = median.measured
-    cons = np.array([at.get(n, c) for n, c in zip(ordered, cons.tolist(), strict=True)]) * factor
+    at, z = median.measured, NormalDist().inv_cdf(min(max(quantile, 0.5), 0.999))
+    upper = {n: v * math.exp(z * median.errors.get(n, 0.0)) for n, v in at.items()}
+    cons = np.array([upper.get(n, c) for n, c in zip(ordered, cons.tolist(), strict=True)]) * factor
     observed = tuple(sorted({*fit.observed_units, *at}))
     if observed:
         # below the smallest observed size, never assume better than linear slow-down: the

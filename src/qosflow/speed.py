@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol, runtime_checkable
 
@@ -477,10 +477,12 @@ class AnchoredCurve:
     Attributes:
         model: The fitted model (every size without a measurement).
         measured: Measured median step time by size.
+        errors: Relative standard error of each measured step time, by size.
     """
 
     model: SpeedModel
     measured: Mapping[int, float]
+    errors: Mapping[int, float] = field(default_factory=lambda: MappingProxyType({}))
 
     def step_time(self, n: int) -> float:
         """Seconds per step: the measurement at ``n`` if there is one, else the model's."""
@@ -504,23 +506,34 @@ def anchored(
     common = [(mine[k.units], k) for k in known if k.units in mine]
     ratio = np.array([math.log(a.step_time / b.step_time) for a, b in common])
     tol = np.array([max(2.5 * math.hypot(a.error, b.error), 0.01) for a, b in common])
-    table: dict[int, float] = {}
+    table: dict[int, tuple[float, float]] = {}  # size -> (step time, relative standard error)
     if not common or bool(np.all(np.abs(ratio) <= tol)):
         pooled: dict[int, list[Measured]] = {}
         for m in (*own, *known):
             pooled.setdefault(m.units, []).append(m)
         for units, ms in pooled.items():
+            if len(ms) == 1:
+                table[units] = (ms[0].step_time, ms[0].error)
+                continue
             logs = [math.log(m.step_time) for m in ms]
-            weights = [max(m.windows, 1) for m in ms]
-            table[units] = (
-                ms[0].step_time if len(ms) == 1 else math.exp(np.average(logs, weights=weights))
-            )
+            value = math.exp(np.average(logs, weights=[max(m.windows, 1) for m in ms]))
+            table[units] = (value, 1.0 / math.sqrt(sum(1.0 / max(m.error, 1e-9) ** 2 for m in ms)))
     else:
         weights = [max(min(a.windows, b.windows), 1) for a, b in common]
         scale = math.exp(float(np.average(ratio, weights=weights)))
-        table = {k.units: k.step_time * scale for k in known if k.units not in mine}
-        table.update({m.units: m.step_time for m in own})
-    return AnchoredCurve(model, MappingProxyType(dict(sorted(table.items()))))
+        spread = min(a.error for a, _ in common)  # the scale is as uncertain as this run's data
+        table = {
+            k.units: (k.step_time * scale, math.hypot(k.error, spread))
+            for k in known
+            if k.units not in mine
+        }
+        table.update({m.units: (m.step_time, m.error) for m in own})
+    ordered = dict(sorted(table.items()))
+    return AnchoredCurve(
+        model,
+        MappingProxyType({n: v for n, (v, _) in ordered.items()}),
+        MappingProxyType({n: e for n, (_, e) in ordered.items()}),
+    )
 
 
 def knee(curve: SpeedCurve, levels: Sequence[int]) -> int:

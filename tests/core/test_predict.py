@@ -256,7 +256,9 @@ def test_where_a_size_was_measured_the_belief_is_the_measurement(stream_of) -> N
     belief = belief_from_fit(result, LEVELS, Calibration(1.1, 50))
     for m in result.measured:
         assert belief.median.step_time(m.units) == m.step_time
-        assert belief.conservative.step_time(m.units) == pytest.approx(m.step_time * 1.1)
+        # conservative: the measurement's upper 90 % bound (1.2816 standard errors), x the factor
+        upper = m.step_time * math.exp(1.2816 * m.error) * 1.1
+        assert belief.conservative.step_time(m.units) == pytest.approx(upper, rel=1e-4)
         assert abs(m.step_time / wobbly.step_time(m.units) - 1) < 0.02
     assert belief.median.step_time(4) == result.model.step_time(4)  # unmeasured: the model
     # the knee follows the measurements: 8 units really are faster than 2

@@ -231,7 +231,8 @@ def test_runs_that_agree_are_pooled_size_by_size() -> None:
     curve = anchored(TRUE, own, known)
     assert 1.0 < curve.step_time(4) < 1.01  # weighted towards the 50 windows of history
     assert curve.step_time(4) > 1.009
-    assert curve.step_time(8) == 0.6
+    assert curve.errors[4] < min(own[0].error, known[0].error)  # pooled: surer than either
+    assert curve.step_time(8) == 0.6 and curve.errors[8] == known[1].error
     assert curve.step_time(16) == TRUE.step_time(16)  # nobody measured 16: the model
 
 
@@ -242,4 +243,5 @@ def test_a_run_that_contradicts_its_history_rules_and_rescales_it() -> None:
     curve = anchored(TRUE, own, known)
     assert curve.step_time(4) == 1.3
     assert curve.step_time(8) == pytest.approx(0.6 * 1.3)
+    assert curve.errors[8] > known[1].error  # the rescaling adds this run's uncertainty
     assert anchored(TRUE, (), known).step_time(4) == 1.0  # nothing of its own: history as is
