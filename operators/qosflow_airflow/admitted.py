@@ -8,6 +8,10 @@ reads those blocks back from the cluster's active qosflow workflows, takes the p
 status, and returns one :class:`~qosflow.admission.Candidate` per ``guaranteed`` job (best-effort
 jobs reserve nothing).
 
+Between a plan step and its submit step a promised job has no workflow yet; the plan step
+records its promise in the history store's promise ledger, and :func:`admitted_jobs` counts the
+ledger's promises (``pending``) next to the cluster's annotations.
+
 The annotations are not part of the ``ClusterView`` Protocol: they are read from the Argo
 Server the cluster talks to (``cluster.argo.list_workflows``, as ``ArgoCluster`` has it); a
 cluster without one reports no admitted job.
@@ -87,7 +91,7 @@ def _block(text: str | None) -> Mapping[str, Any] | None:
 def _candidate(job: str, block: Mapping[str, Any], segments: Sequence[JobStatus]) -> Candidate:
     from qosflow.admission import Candidate
 
-    done = max((s.steps_done or 0) for s in segments)
+    done = max(((s.steps_done or 0) for s in segments), default=0)
     running = [s.units for s in segments if s.phase is Phase.RUNNING]
     deadline = block.get("deadline")
     return Candidate(
@@ -117,9 +121,18 @@ class Admitted:
     held_units: int = 0
 
 
-def admitted_jobs(cluster: ClusterView, *, unit: str, exclude: str = "") -> Admitted:
+def admitted_jobs(
+    cluster: ClusterView,
+    *,
+    unit: str,
+    exclude: str = "",
+    pending: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Admitted:
     """The active qosflow jobs of ``unit`` kind (``exclude``: this job's own id).
 
+    ``pending``: the promise ledger's guarantees (job id → admission block,
+    :meth:`qosflow.history.PromiseLedger.pending`); a promised job whose workflow is not on the
+    cluster yet (its plan step ran, its submit step has not) reserves its whole job from now.
     A job whose plan annotation is missing or unreadable reserves nothing and its units count as
     used, with a warning.
     """
@@ -150,4 +163,23 @@ def admitted_jobs(cluster: ClusterView, *, unit: str, exclude: str = "") -> Admi
             out.append(_candidate(job, block, segments))
         except (QosflowError, KeyError, TypeError, ValueError) as exc:
             log.warning("%s: unreadable admission block (%s); not reserved", job, exc)
+    out.extend(_promised(pending or {}, unit, {exclude, *by_job}))
     return Admitted(out, held)
+
+
+def _promised(
+    pending: Mapping[str, Mapping[str, Any]], unit: str, skip: set[str]
+) -> list[Candidate]:
+    """Candidates of the ledger's guarantees whose workflow is not on the cluster yet.
+
+    ``skip``: this job itself and every job the cluster shows (its annotation counts there).
+    """
+    out: list[Candidate] = []
+    for job, block in sorted(pending.items()):
+        if job in skip or block.get("kind") != "guaranteed" or block.get("unit", unit) != unit:
+            continue
+        try:
+            out.append(_candidate(job, block, []))
+        except (QosflowError, KeyError, TypeError, ValueError) as exc:
+            log.warning("%s: unreadable promise in the ledger (%s); not reserved", job, exc)
+    return out

@@ -8,6 +8,10 @@ Two tables, keyed by the job's history key (``JobSpec.key``):
 * ``qosflow_predictions`` — (predicted remaining s, realised remaining s) pairs;
   :meth:`HistoryStore.calibration` turns them into the split-conformal inflation factor with
   :func:`qosflow.predict.calibrate`.
+* ``qosflow_promises`` — the promise ledger: guarantees given by a plan step whose workflow may
+  not be on the cluster yet. :meth:`HistoryStore.promise_ledger` lets one plan step at a time
+  read them, decide and record its own, so two DAGs planning at the same instant cannot both be
+  promised the same capacity.
 
 Any SQLAlchemy URL works (PostgreSQL for a multi-worker Airflow). The default is a SQLite file in
 WAL mode with a busy timeout and ``BEGIN IMMEDIATE`` write transactions, so two processes (the
@@ -17,8 +21,9 @@ sample twice (a retried task) stores it once.
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,8 +37,10 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
     UniqueConstraint,
     create_engine,
+    delete,
     event,
     func,
     insert,
@@ -52,8 +59,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_URL",
     "HISTORY_LIMIT",
+    "PROMISE_TTL_S",
     "HistoryError",
     "HistoryStore",
+    "PromiseLedger",
     "end_to_end",
     "fit_of",
     "prior_of",
@@ -87,6 +96,19 @@ predictions_table = Table(
     Column("realised", Float, nullable=False),
     UniqueConstraint("key", "predicted", "realised", name="uq_qosflow_prediction"),
 )
+
+
+promises_table = Table(
+    "qosflow_promises",
+    _meta,
+    Column("job_id", String(253), primary_key=True),
+    Column("unit", String(16), nullable=False),
+    Column("block", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False, index=True),
+)
+PROMISE_TTL_S = 1800.0
+"""How long a recorded promise reserves capacity before its workflow must be on the cluster."""
 
 
 class HistoryError(QosflowError):
@@ -251,9 +273,63 @@ class HistoryStore:
 
         return calibrate(self.predictions(key))
 
+    @contextmanager
+    def promise_ledger(self, now: float) -> Iterator[PromiseLedger]:
+        """One plan step at a time: read the promises, decide, record its own, then release.
+
+        Everything inside runs in one exclusive transaction (SQLite: ``BEGIN IMMEDIATE``;
+        PostgreSQL: a table lock), so a second plan step waits here until the first has recorded
+        its promise, and then sees it. Expired promises are dropped on the way in.
+
+        Raises:
+            HistoryError: When the database fails (nothing is recorded then).
+        """
+        with self._tx() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql("LOCK TABLE qosflow_promises IN SHARE ROW EXCLUSIVE MODE")
+            conn.execute(delete(promises_table).where(promises_table.c.expires_at <= now))
+            yield PromiseLedger(conn, now)
+
     def prior(self, key: str, unit: str, node_size: int) -> SpeedModel | None:
         """Speed model fitted over the stored samples, or ``None`` when they cannot be fitted."""
         return prior_of(self.history(key, unit), node_size)
+
+
+class PromiseLedger:
+    """The promise ledger inside :meth:`HistoryStore.promise_ledger`'s exclusive transaction."""
+
+    def __init__(self, conn: Connection, now: float) -> None:
+        """Wrap the open transaction."""
+        self._conn, self._now = conn, now
+
+    def pending(self, unit: str) -> dict[str, dict[str, Any]]:
+        """Job id → admission block of every unexpired promise of ``unit`` kind."""
+        t = promises_table.c
+        rows = self._conn.execute(select(t.job_id, t.block).where(t.unit == unit)).all()
+        out: dict[str, dict[str, Any]] = {}
+        for job, text in rows:
+            try:
+                block = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(block, dict):
+                out[str(job)] = block
+        return out
+
+    def record(
+        self, job_id: str, unit: str, block: Mapping[str, Any], *, ttl_s: float = PROMISE_TTL_S
+    ) -> None:
+        """Record (or renew, for a retried plan) the promise given to ``job_id``."""
+        t = promises_table.c
+        self._conn.execute(delete(promises_table).where(t.job_id == job_id))
+        row = {
+            "job_id": job_id,
+            "unit": unit,
+            "block": json.dumps(dict(block), allow_nan=False),
+            "created_at": self._now,
+            "expires_at": self._now + ttl_s,
+        }
+        self._conn.execute(insert(promises_table), [row])
 
 
 def fit_of(history: Sequence[ProgressSample], node_size: int) -> FitResult | None:

@@ -249,10 +249,11 @@ def _submit(plan, run_id):
 def test_plan_admits_against_the_jobs_already_guaranteed_on_the_cluster(fake_cluster):
     from airflow.sdk.exceptions import AirflowFailException
 
-    alone = _plan("second", "PT10M", "r0")
+    alone = _plan("first", "PT10M", "r1")
     assert alone["verdict"] == "guaranteed" and alone["admitted"] == []
-    first = _plan("first", "PT10M", "r1")
+    first = _plan("first", "PT10M", "r1")  # a retried plan: its own promise does not count
     assert first["verdict"] == "guaranteed" and first["units"] == 2
+    assert first["job_id"] == alone["job_id"]
     _submit(first, "r1")
     block = json.loads(fake_cluster.requests[0].plan)["admission"]
     assert block["kind"] == "guaranteed" and block["total_steps"] == 400
@@ -266,6 +267,21 @@ def test_plan_admits_against_the_jobs_already_guaranteed_on_the_cluster(fake_clu
         _plan("second", "PT10M", "r3", if_not_guaranteed="reject")
     later = _plan("second", "PT30M", "r4")  # a later deadline fits next to it
     assert later["verdict"] == "guaranteed"
+
+
+def test_two_plans_before_either_is_submitted_cannot_both_be_guaranteed(fake_cluster):
+    """Two DAGs plan at the same instant: the first promise is in the ledger, not yet on the
+    cluster, and still counts; a promise whose workflow never appears lapses after its TTL."""
+    from qosflow.history import PROMISE_TTL_S
+
+    first = _plan("first", "PT10M", "r1")
+    assert first["verdict"] == "guaranteed" and not fake_cluster.requests
+    second = _plan("second", "PT10M", "r2")
+    assert second["admitted"] == [first["job_id"]]
+    assert second["verdict"] == "best_effort"
+    fake_cluster.clock += PROMISE_TTL_S + 1.0  # first's submit never ran
+    third = _plan("second", "PT10M", "r3")
+    assert third["admitted"] == [] and third["verdict"] == "guaranteed"
 
 
 def test_best_effort_and_finished_jobs_reserve_nothing(fake_cluster):

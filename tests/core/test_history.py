@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import multiprocessing as mp
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -155,3 +157,75 @@ def test_a_retried_prediction_record_is_stored_once(tmp_path: Path) -> None:
     store.record_prediction("job", 100.0, 110.0)
     store.record_prediction("job", 100.0, 120.0)
     assert store.predictions("job") == [(100.0, 110.0), (100.0, 120.0)]
+
+
+BLOCK = {
+    "kind": "guaranteed",
+    "deadline": 1_800_003_600.0,
+    "margin": 60.0,
+    "levels": [1, 2],
+    "step_time": [1.0, 0.6],
+    "total_steps": 100,
+    "unit": "gpu",
+}
+
+
+def test_the_promise_ledger_records_renews_and_lets_promises_lapse(tmp_path: Path) -> None:
+    from qosflow.history import PROMISE_TTL_S
+
+    url = f"sqlite:///{tmp_path}/h.db"
+    store = HistoryStore(url)
+    try:
+        with store.promise_ledger(1000.0) as ledger:
+            assert ledger.pending("gpu") == {}
+            ledger.record("a", "gpu", BLOCK)
+            ledger.record("b", "cpu", BLOCK)
+        with store.promise_ledger(1000.0 + PROMISE_TTL_S / 2) as ledger:
+            assert ledger.pending("gpu") == {"a": BLOCK}  # per unit kind
+            ledger.record("a", "gpu", {**BLOCK, "total_steps": 50})  # a retried plan renews
+        with store.promise_ledger(1000.0 + PROMISE_TTL_S + 1.0) as ledger:
+            assert ledger.pending("gpu")["a"]["total_steps"] == 50  # renewed: not lapsed yet
+            assert ledger.pending("cpu") == {}  # "b" lapsed
+        with pytest.raises(RuntimeError), store.promise_ledger(2000.0) as ledger:
+            ledger.record("c", "gpu", BLOCK)
+            raise RuntimeError("the plan failed after recording")
+        with store.promise_ledger(2000.0) as ledger:
+            assert "c" not in ledger.pending("gpu")  # nothing of a failed plan is kept
+    finally:
+        store.close()
+
+
+def _plan_step(url: str, name: str, barrier: threading.Barrier, seen: dict[str, list[str]]) -> None:
+    store = HistoryStore(url)
+    try:
+        with store.promise_ledger(1000.0) as ledger:
+            pending = sorted(ledger.pending("gpu"))
+            # meet the other plan step inside if it could get in; the ledger lets one in at a time
+            with contextlib.suppress(threading.BrokenBarrierError):
+                barrier.wait()
+            seen[name] = pending
+            if not pending:  # the cluster has room for one promise
+                ledger.record(name, "gpu", BLOCK)
+    finally:
+        store.close()
+
+
+def test_two_plan_steps_at_the_same_instant_cannot_both_promise(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/h.db"
+    HistoryStore(url).close()
+    barrier = threading.Barrier(2, timeout=1.0)
+    seen: dict[str, list[str]] = {}
+    steps = [threading.Thread(target=_plan_step, args=(url, n, barrier, seen)) for n in "ab"]
+    for t in steps:
+        t.start()
+    for t in steps:
+        t.join(timeout=60)
+    assert sorted(seen) == ["a", "b"]
+    first, second = sorted(seen, key=lambda n: len(seen[n]))
+    assert seen[first] == [] and seen[second] == [first]  # the second saw the first's promise
+    store = HistoryStore(url)
+    try:
+        with store.promise_ledger(1000.0) as ledger:
+            assert sorted(ledger.pending("gpu")) == [first]
+    finally:
+        store.close()

@@ -116,26 +116,36 @@ class PlanTrainingOperator(QosflowOperator):
         forced = _optional_int(self.initial_units, "initial_units")
         if forced is not None and forced not in res.levels:
             raise SpecError("initial_units", f"must be one of {list(res.levels)} (got {forced})")
+        run_id = context.get("run_id") or ""
+        ident = job_id(spec.name, spec.key, spec.deadline, run_id)
         store = self.hook.get_history()
         try:
             history = store.history(spec.key, res.unit)
             prior = prior_of(history, res.per_node)
             calibration = store.calibration(spec.key)
+            # one plan step at a time: a promise given a moment ago, whose workflow is not on
+            # the cluster yet, still counts (two DAGs planning at the same instant)
+            with store.promise_ledger(now) as ledger:
+                active = admitted_jobs(
+                    cluster, unit=res.unit, exclude=ident, pending=ledger.pending(res.unit)
+                )
+                capacity = cluster.capacity(res.unit)
+                plan = plan_job(
+                    spec,
+                    capacity=min(capacity.free + active.held_units, capacity.total),
+                    now=now,
+                    admitted=active.guaranteed,
+                    prior=prior,
+                    calibration=calibration,
+                    history=history,
+                )
+                if plan.verdict.kind == "guaranteed" and plan.candidate is not None:
+                    block = admission_block(
+                        plan.candidate, "guaranteed", spec.total_steps, res.unit
+                    )
+                    ledger.record(ident, res.unit, json_safe(block))
         finally:
             store.close()
-        run_id = context.get("run_id") or ""
-        ident = job_id(spec.name, spec.key, spec.deadline, run_id)
-        active = admitted_jobs(cluster, unit=res.unit, exclude=ident)
-        capacity = cluster.capacity(res.unit)
-        plan = plan_job(
-            spec,
-            capacity=min(capacity.free + active.held_units, capacity.total),
-            now=now,
-            admitted=active.guaranteed,
-            prior=prior,
-            calibration=calibration,
-            history=history,
-        )
         verdict = plan.verdict
         offer = _when(verdict.counter_offer)
         if verdict.kind == "rejected":
