@@ -2,7 +2,7 @@
 
 ``finish(n) = now + overhead(n_cur -> n) + remaining_steps * tau(n)``. The median uses the step time
 measured at ``n`` (by this run or earlier runs of the key), else the fitted model; the conservative
-finish uses that measurement, else the 90th percentile of the parameter-bootstrap step times at
+finish uses that measurement's upper 90 % bound, else the 90th percentile of the bootstrap step times at
 ``n`` (wide where ``n`` was never observed), inflated by a split-conformal factor learnt from logged
 (predicted, realised) remaining times — 1.15 before any exist.
 """

@@ -495,9 +495,9 @@ def anchored(
 ) -> AnchoredCurve:
     """``model`` anchored to what this run measured (``own``) and earlier runs measured (``known``).
 
-    While this run agrees with the earlier ones (at every size both measured, within
-    ``max(2.5 x`` the standard errors combined``, 1 %)``), they are one sample: each size takes
-    the window-weighted geometric mean of every median measured there. Once this run contradicts
+    While this run agrees with the earlier ones (at every size both measured, within the larger
+    of 2.5 combined standard errors and 1 %), they are one sample: each size takes the
+    window-weighted geometric mean of every median measured there (its standard error combined). Once this run contradicts
     them (tonight's data make every step slower, say), its own medians rule where it measured,
     and the sizes only earlier runs measured keep their shape, rescaled by how this run compares
     with them where both measured (the window-weighted geometric mean of the ratios).

@@ -30,6 +30,7 @@ def test_a_new_job_of_a_known_key_starts_from_what_its_completed_runs_measured()
 
     assert isinstance(again, FittedSpeeds)
     assert [m.units for m in again.fit.measured] == [8]
+    assert again[8] == 1.0 / again.fit.measured[0].step_time  # the table shows the measurement
     assert abs(again[8] - CURVE[8]) < 1e-3 * CURVE[8]
     assert abs(other[8] - CURVE[8]) > 0.05 * CURVE[8]
 

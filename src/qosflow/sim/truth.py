@@ -17,6 +17,7 @@ on the allowed levels *and* the fit itself, so the simulator's adapter
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -126,7 +127,9 @@ class FittedSpeeds(Mapping[int, float]):
 
     Attributes:
         fit: The core's fit on the observed progress (``success=False``: the prior's shape).
-        table: Median iterations/s of ``fit.model`` at each allowed level with a finite step time.
+        table: Median iterations/s at each allowed level with a finite step time: the measured
+            median where the job or its key's history measured the level, else ``fit.model``'s
+            (the median of :func:`qosflow.predict.belief_from_fit`).
         known: What the history the fit's prior was fitted on measured (earlier runs of the
             key): those sizes count as observed and anchor the belief (``known`` of
             :func:`qosflow.predict.belief_from_fit`).
@@ -172,16 +175,23 @@ def fitted_speeds(
 ) -> FittedSpeeds:
     """Fit ``qosflow.speed`` on observed ``(time, done, units)`` samples; tabulate on ``levels``.
 
-    The tabulated median is the fit's model whether or not the fit succeeded (a fit without a
-    steady window is the prior's shape): exactly the median
-    :func:`qosflow.predict.belief_from_fit` plans on.
+    The tabulated median is exactly the median :func:`qosflow.predict.belief_from_fit` plans on:
+    the measured median at the levels this run or the key's history (``known``) measured, the
+    fit's model elsewhere, whether or not the fit succeeded (a fit without a steady window is the
+    prior's shape).
     """
     progress = [core_speed.ProgressSample(t, int(d), u) for t, d, u in samples]
     result = core_speed.fit(progress, node_size=node_size, prior=prior)
-    model = result.model
-    # SpeedModel.throughput is 0 for a non-finite or zero step time (no division by zero).
-    table = MappingProxyType({k: v for k in sorted(levels) if (v := model.throughput(k)) > 0})
-    return FittedSpeeds(result, table, tuple(known))
+    return FittedSpeeds(result, _median_table(result, levels, known), tuple(known))
+
+
+def _median_table(
+    fit: core_speed.FitResult, levels: Sequence[int], known: Sequence[core_speed.Measured] = ()
+) -> Mapping[int, float]:
+    """Median iterations/s on ``levels``: the belief's median (measurements, else the model)."""
+    median = core_speed.anchored(fit.model, fit.measured, known)
+    rates = {k: 1.0 / t for k in sorted(levels) if 0.0 < (t := median.step_time(k)) < math.inf}
+    return MappingProxyType(rates)
 
 
 class LearnedBelief(Belief):
@@ -225,8 +235,7 @@ class LearnedBelief(Belief):
             fitted = fit_of(end_to_end(self._runs.get(key, ())), self._node_size)
             self._history[key] = None
             if fitted is not None:
-                table = {k: v for k in levels if (v := fitted.model.throughput(k)) > 0}
-                self._history[key] = FittedSpeeds(fitted, MappingProxyType(table))
+                self._history[key] = FittedSpeeds(fitted, _median_table(fitted, levels))
         return self._history[key]
 
     def speeds(
