@@ -1,6 +1,6 @@
 """The history store: yesterday's observed speeds and prediction errors, for today's plan.
 
-Two tables, keyed by the job's history key (``JobSpec.key``):
+Three tables; the first two are keyed by the job's history key (``JobSpec.key``):
 
 * ``qosflow_samples`` — observed progress samples ``(time, steps_done, units)`` per (key, unit
   kind). :meth:`HistoryStore.prior` fits them with :func:`qosflow.speed.fit`, so tomorrow night's
