@@ -5,7 +5,8 @@ reference numbers of ElasticFlow's own simulator, read from ``REFERENCE.md``'s C
 
 1. fidelity — delegated to ``bench/sim_fidelity.py`` (the simulator helper's script), relayed; it
    also times our ``elasticflow`` on cluster01 against the artifact (the >= 10x speed figure);
-2. qosflow (oracle) vs ElasticFlow's reference ratio on every REFERENCE.md setting;
+2. qosflow (oracle) vs ElasticFlow's reference ratio on every REFERENCE.md setting, and learned
+   speeds (noise sigma 5 %) next to oracle on cluster10 and elasticVpollux_e;
 3. the upper bound on 195job / 128 A100 and qosflow's fraction of it;
 4. learned speeds (noise sigma 5 %) vs oracle on 195job, guarantee violations in both modes;
    the learned run again on seeds 2-5 (mean ratio, worst gap, violations over all five);
@@ -90,6 +91,8 @@ def fidelity() -> None:
     say("fidelity_exit_code", proc.returncode)
 
 
+LEARNED_ALSO = ("cluster10", "elasticVpollux_e")
+"""Settings besides 195job where the learned-speeds run is printed next to the oracle one."""
 LEARNED_SEEDS = (2, 3, 4, 5)
 """More noise seeds of the learned-speeds comparison on 195job."""
 
@@ -125,6 +128,11 @@ def versus_reference(quick: bool) -> None:
         say(f"{key}.qosflow_vs_elasticflow_reference", f"{met / acc:.3f}x")
         say(f"{key}.qosflow_guarantee_violations", viol)
         say(f"{key}.qosflow_wall_s", f"{wall:.1f}")
+        if key in LEARNED_ALSO:  # learned speeds (noise 5 %) here too, side by side with oracle
+            l_met, _, l_ratio, l_viol, _ = _run(w, "qosflow", slot, speeds="learned", sigma=0.05)
+            say(f"{key}.qosflow_learned_met", f"{l_met}/{total}")
+            say(f"{key}.qosflow_learned_minus_oracle", f"{l_ratio - ratio:+.3f}")
+            say(f"{key}.qosflow_violations_learned", l_viol)
 
 
 def bound_195() -> None:
