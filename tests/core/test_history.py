@@ -131,7 +131,9 @@ def _writer(url: str, key: str, barrier: Any, spans: Any) -> None:
 def test_two_writer_processes_lose_no_row(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     # no store is opened here: both writers create the tables at the same time
-    ctx = mp.get_context("fork")  # the children inherit the imports: they start at once
+    # forkserver, not fork: a child forked from this (threaded, Airflow-importing) test process
+    # can inherit a lock held by another thread and hang; the barrier still starts both at once
+    ctx = mp.get_context("forkserver")
     barrier, spans = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_writer, args=(url, key, barrier, spans)) for key in ("a", "b")]
     for p in procs:
