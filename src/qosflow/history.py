@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -119,9 +121,30 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.isolation_level = None  # let the "begin" hook issue BEGIN IMMEDIATE
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    cursor.execute("PRAGMA journal_mode = WAL")
+    _wal(cursor)
     cursor.execute("PRAGMA synchronous = NORMAL")
     cursor.close()
+
+
+def _wal(cursor: Any) -> None:
+    """Switch to WAL mode, retrying while another connection holds the lock it needs.
+
+    Switching the journal mode needs an exclusive lock, and SQLite may answer "database is
+    locked" at once instead of waiting ``busy_timeout`` (its deadlock avoidance): two processes
+    opening a new history database at the same moment hit it. So retry, backing off, for up to
+    :data:`BUSY_TIMEOUT_MS`.
+    """
+    give_up = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    pause = 0.01
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + pause > give_up:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.5)
 
 
 def _begin_immediate(conn: Connection) -> None:

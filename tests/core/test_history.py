@@ -134,7 +134,7 @@ def test_two_writer_processes_lose_no_row(tmp_path: Path) -> None:
     # forkserver, not fork: a child forked from this (threaded, Airflow-importing) test process
     # can inherit a lock held by another thread and hang; the barrier still starts both at once
     ctx = mp.get_context("forkserver")
-    barrier, spans = ctx.Barrier(2), ctx.Queue()
+    barrier, spans = ctx.Barrier(2, timeout=120), ctx.Queue()  # a writer that dies frees the other
     procs = [ctx.Process(target=_writer, args=(url, key, barrier, spans)) for key in ("a", "b")]
     for p in procs:
         p.start()
