@@ -182,7 +182,7 @@ def test_in_place_resize_raises_the_step_rate(cluster: ArgoCluster, tmp_path: Pa
         assert len(allowed_cpus(pid)) == 1
         time.sleep(WARMUP_S)
         load = os.getloadavg()[0]
-        window1 = measure(WINDOW_S)
+        windows1 = [measure(WINDOW_S), measure(WINDOW_S)]  # each rate: the better of two windows
 
         resized = cluster.resize(first.name, 2)
         # load-independent evidence first: the pod got 2 CPUs and the trainer uses 2 threads
@@ -195,12 +195,12 @@ def test_in_place_resize_raises_the_step_rate(cluster: ArgoCluster, tmp_path: Pa
         assert threads[-1]["workers"] == 2, threads[-1]
         time.sleep(WARMUP_S)
         waited = waiting_s(pid)
-        window2 = measure(WINDOW_S)
-        waited = (waiting_s(pid) - waited) / (window2[1] - window2[0])
+        windows2 = [measure(WINDOW_S), measure(WINDOW_S)]  # a transient dip is not the speed
+        waited = (waiting_s(pid) - waited) / (windows2[-1][1] - windows2[0][0])
     finally:
         cluster.stop(first.name)
-    rate1 = measured_rate(log, *window1, threads=1)
-    rate2 = measured_rate(log, *window2, threads=2)
+    rate1 = max(measured_rate(log, *w, threads=1) for w in windows1)
+    rate2 = max(measured_rate(log, *w, threads=2) for w in windows2)
     cores = os.cpu_count() or 1
     numbers = (
         f"step rate 1 CPU {rate1:.1f}/s, 2 CPUs {rate2:.1f}/s, ratio {rate2 / rate1:.2f} "
