@@ -142,7 +142,7 @@ def belief_from_fit(
     at, z = median.measured, NormalDist().inv_cdf(min(max(quantile, 0.5), 0.999))
     upper = {n: v * math.exp(z * median.errors.get(n, 0.0)) for n, v in at.items()}
     cons = np.array([upper.get(n, c) for n, c in zip(ordered, cons.tolist(), strict=True)]) * factor
-    observed = tuple(sorted({*fit.observed_units, *at}))
+    observed = tuple(sorted(at))  # the job's own measured sizes and those of ``known``
     if observed:
         # below the smallest observed size, never assume better than linear slow-down: the
         # prior is pessimistic about scaling *up*, which makes it optimistic about scaling down
