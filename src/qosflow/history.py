@@ -358,8 +358,8 @@ class PromiseLedger:
 def fit_of(history: Sequence[ProgressSample], node_size: int) -> FitResult | None:
     """The fit of a key's history, or ``None`` when it is empty or cannot be fitted.
 
-    Its ``model`` is the prior (:func:`prior_of`); its ``observed_units`` are the sizes that
-    prior was fitted on, which a new run of the key counts as measured (``known``).
+    Its ``model`` is the prior (:func:`prior_of`); its ``measured`` is what that prior was
+    fitted on, size by size, which a new run of the key counts as measured (``known``).
     """
     from qosflow.speed import fit
 
