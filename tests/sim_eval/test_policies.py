@@ -229,3 +229,20 @@ def test_a_promise_at_risk_runs_ahead_of_jobs_without_one() -> None:
     d = policy.decide(SlotSnapshot(1500, 60, 8, 8, 1, (), (), (*late, running)))
     assert d.allocation.get("g1") == 8
     assert d.allocation.get("u", 0) == 0
+
+
+def test_a_promise_at_risk_takes_what_the_other_promises_leave_before_unpromised_jobs() -> None:
+    policy = QosflowPolicy()
+    ok = _view("ok", 5000.0, 10_800, SPEEDS)  # 4 units for 3000 s
+    risk = _view("risk", 6000.0, 19_500, SPEEDS)  # 8 units for 3000 s
+    first = policy.decide(SlotSnapshot(0, 60, 8, 8, 0, ("ok", "risk"), (), (ok, risk)))
+    assert first.admitted == ("ok", "risk")
+    # at 3100 s "risk" has not run (say its pods failed): even 8 units from now finish after its
+    # deadline. "ok" is on track and needs 4 units; "u", promised nothing, runs on the other 4
+    ok_now = replace(ok, done=5400.0, units=4)
+    risk_now = replace(risk, units=0)
+    u = replace(_view("u", math.inf, 10**6, SPEEDS, best_effort=True), units=4, done=1000.0)
+    d = policy.decide(SlotSnapshot(3100, 60, 8, 8, 1, (), (), (ok_now, risk_now, u)))
+    assert d.allocation.get("ok") == 4
+    assert d.allocation.get("risk") == 4  # the broken promise runs on what "ok" leaves ...
+    assert d.allocation.get("u", 0) == 0  # ... not the job nobody promised anything

@@ -16,7 +16,9 @@ into the core's inputs and the core's answers into a :class:`~qosflow.sim.policy
    jobs, then every other deadline job that can still make it, earliest deadline first. A job past
    its margin but not hopeless, and a guaranteed job even the fastest size it may be planned at no
    longer saves (a promise at risk: it runs as fast as it may rather than starve), get that size:
-   the knee, unless the probe rule stops short of it.
+   the knee, unless the probe rule stops short of it. A promise at risk that does not fit whole
+   takes the largest level the other guarantees leave, ahead of every unguaranteed job (its
+   conservative finish is late, but its real speed may still make it).
 4. **Rescale rules** (:func:`qosflow.decide.decide`): a running job keeps the size the core's rules
    choose (scale down only with hysteresis, dwell and a real benefit).
 5. **Leftover**: waiting jobs start, then spare units go one level at a time to the job saving the
@@ -83,6 +85,7 @@ class _Job:
     keep: int
     promise: Belief
     tight: bool = False
+    at_risk: bool = False
 
 
 @dataclass
@@ -170,7 +173,7 @@ class QosflowPolicy:
         if not queued:
             keep = decide(js, belief, free_units=0).units
         promise = self._promise(view, spec, belief)
-        return _Job(view, spec, belief, js, need, klass, keep, promise, tight)
+        return _Job(view, spec, belief, js, need, klass, keep, promise, tight, at_risk)
 
     def _promise(self, view: JobView, spec: JobSpec, belief: Belief) -> Belief:
         """The belief guarantees are planned on: never less conservative than at admission.
@@ -392,7 +395,11 @@ class QosflowPolicy:
             a.raise_to(job, reserved.get(job.view.job_id, 0))
         for first in (True, False):  # 2. minimal shares: guaranteed jobs, then the rest, EDF
             for job in jobs:
-                if (job.view.job_id in self._guaranteed) == first:
+                if (job.view.job_id in self._guaranteed) != first:
+                    continue
+                if job.at_risk:  # a broken promise takes what the other guarantees leave
+                    a.raise_to(job, job.need or 0)
+                else:
                     a.exactly(job, job.need)
         for job in jobs:  # 3. running jobs keep what the core's rescale rules chose
             a.raise_to(job, job.keep)
