@@ -17,7 +17,16 @@ from statistics import NormalDist
 
 import numpy as np
 
-from qosflow.speed import FitResult, Measured, SpeedCurve, TableCurve, anchored, features, knee
+from qosflow.speed import (
+    FitResult,
+    FloatArray,
+    Measured,
+    SpeedCurve,
+    TableCurve,
+    anchored,
+    features,
+    knee,
+)
 
 DEFAULT_FACTOR = 1.15
 """Conformal inflation used before any (predicted, realised) pair has been logged."""
@@ -116,7 +125,9 @@ def belief_from_fit(
     upper ``quantile`` bound (normal, on the measurement's standard error) times the conformal
     factor; elsewhere the median is the fitted model and the conservative
     step time the bootstrap quantile times the factor. Below the smallest measured size it is at
-    least a linear slow-down from there (``tau(m) * m / n``).
+    least a linear slow-down from there (``tau(m) * m / n``). Above one node it is never faster
+    than the best size within the node until some run of the key measured a size above it (the
+    fit cannot bound the cross-node cost without such data).
 
     Args:
         fit: A speed fit (a failed fit yields the prior's, or an infinite, step time).
@@ -150,11 +161,30 @@ def belief_from_fit(
         ns = np.array(ordered, dtype=np.float64)
         at_low = float(median.step_time(low)) * factor * low
         cons = np.where(ns < low, np.maximum(cons, at_low / ns), cons)
+    cons = _within_node_cap(cons, ordered, fit.model.node_size, observed)
     table = {  # a step time that underflowed to 0 is the fastest representable, not "no speed"
         n: (1.0 / max(c, sys.float_info.min) if c >= 0 and math.isfinite(c) else 0.0)
         for n, c in zip(ordered, cons.tolist(), strict=True)
     }
     return Belief(median, TableCurve(table), ordered, knee(median, ordered), observed)
+
+
+def _within_node_cap(
+    cons: FloatArray, ordered: tuple[int, ...], node_size: int, observed: tuple[int, ...]
+) -> FloatArray:
+    """Never count on crossing a node boundary that no run has crossed.
+
+    The model's cross-node term (``t4``) is only identified by data above ``node_size``; without
+    any, every bootstrap replicate keeps the prior's value and the quantile is no wider than the
+    prior's guess. So until some size above the node was measured, the conservative step time
+    above it is at least the best conservative step time within the node.
+    """
+    inside = [i for i, n in enumerate(ordered) if n <= node_size]
+    if not inside or any(n > node_size for n in observed):
+        return cons
+    best = float(np.min(cons[inside]))
+    beyond = np.array([n > node_size for n in ordered])
+    return np.where(beyond, np.maximum(cons, best), cons)
 
 
 def oracle_belief(curve: SpeedCurve, levels: Sequence[int]) -> Belief:

@@ -263,3 +263,29 @@ def test_where_a_size_was_measured_the_belief_is_the_measurement(stream_of) -> N
     assert belief.median.step_time(4) == result.model.step_time(4)  # unmeasured: the model
     # the knee follows the measurements: 8 units really are faster than 2
     assert belief.knee >= 8
+
+
+def test_a_node_boundary_no_run_has_crossed_is_never_counted_on(stream_of) -> None:
+    """Measured at 4 units on 4-unit nodes: past the node the truth halves, the prior cannot know.
+
+    Promise no more past the node than the best size within it; once a run measured past the
+    node, the measurement is the belief there.
+    """
+    halves = TableCurve({1: 0.35, 2: 0.7, 4: 1.32, 8: 0.61, 16: 1.1})
+    within = fit(stream_of(halves, [(4, 100)], np.random.default_rng(1)), node_size=4)
+    belief = belief_from_fit(within, LEVELS, Calibration())
+    best_within = min(belief.conservative.step_time(n) for n in (1, 2, 4))
+    assert all(belief.conservative.step_time(n) >= best_within for n in (8, 16))
+    pred = {
+        n: predict(belief, now=0.0, steps_done=0, total_steps=1000, units=n, current_units=4)
+        for n in (4, 8, 16)
+    }
+    assert pred[8].conservative_finish >= pred[4].conservative_finish
+    assert pred[16].conservative_finish >= pred[4].conservative_finish
+    doubles = TableCurve({1: 0.35, 2: 0.7, 4: 1.32, 8: 2.6, 16: 5.0})
+    plan = [(4, 100), (8, 200)]
+    crossed = fit(stream_of(doubles, plan, np.random.default_rng(1)), node_size=4)
+    measured = belief_from_fit(crossed, LEVELS, Calibration())
+    assert measured.observed == (4, 8)
+    fastest_within = min(measured.conservative.step_time(n) for n in (1, 2, 4))
+    assert measured.conservative.step_time(8) < 0.6 * fastest_within
