@@ -265,11 +265,12 @@ def test_where_a_size_was_measured_the_belief_is_the_measurement(stream_of) -> N
     assert belief.knee >= 8
 
 
-def test_a_node_boundary_no_run_has_crossed_is_never_counted_on(stream_of) -> None:
+def test_past_one_node_only_measured_scaling_is_counted_on(stream_of) -> None:
     """Measured at 4 units on 4-unit nodes: past the node the truth halves, the prior cannot know.
 
-    Promise no more past the node than the best size within it; once a run measured past the
-    node, the measurement is the belief there.
+    Promise no more past the node than the best size within it. Once a run measured past the
+    node, the measurement is the belief there, and the next size up, still unmeasured, is
+    promised no more than the best measured one.
     """
     halves = TableCurve({1: 0.35, 2: 0.7, 4: 1.32, 8: 0.61, 16: 1.1})
     within = fit(stream_of(halves, [(4, 100)], np.random.default_rng(1)), node_size=4)
@@ -286,6 +287,8 @@ def test_a_node_boundary_no_run_has_crossed_is_never_counted_on(stream_of) -> No
     plan = [(4, 100), (8, 200)]
     crossed = fit(stream_of(doubles, plan, np.random.default_rng(1)), node_size=4)
     measured = belief_from_fit(crossed, LEVELS, Calibration())
-    assert measured.observed == (4, 8)
+    assert measured.observed == (4, 8) and measured.probe_limit == 16
     fastest_within = min(measured.conservative.step_time(n) for n in (1, 2, 4))
     assert measured.conservative.step_time(8) < 0.6 * fastest_within
+    assert measured.conservative.step_time(16) >= measured.conservative.step_time(8)
+    assert measured.median.step_time(16) < measured.median.step_time(8)  # may still scale out
