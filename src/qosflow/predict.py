@@ -4,7 +4,8 @@
 measured at ``n`` (by this run or earlier runs of the key), else the fitted model; the conservative
 finish uses that measurement's upper 90 % bound, else the 90th percentile of the bootstrap step times at
 ``n`` (wide where ``n`` was never observed), inflated by a split-conformal factor learnt from logged
-(predicted, realised) remaining times — 1.15 before any exist.
+(predicted, realised) remaining times — 1.15 before any exist. Past one node it never counts on a
+size larger than every measured one.
 """
 
 from __future__ import annotations
@@ -174,8 +175,8 @@ def _measured_scaling_cap(
 ) -> FloatArray:
     """Past one node, never count on a size larger than every measured one.
 
-    Beyond a node the model's cross-node terms (``t3 * (n - 1)``, ``t4``) are identified only by
-    data there: before a size above the node was measured every bootstrap replicate keeps the
+    Beyond a node the terms that dominate there (the linear ``t3 * (n - 1)`` and the cross-node
+    ``t4``) are identified only by data there: before a size above the node was measured every bootstrap replicate keeps the
     prior's ``t4``, and one level past the largest measured multi-node size the 90th percentile
     swings with each new window (on ElasticFlow's T4 imagenet curve, between 0.8 and 4.3 s a step
     on one job, decision to decision). So at every size above both the node and the largest
