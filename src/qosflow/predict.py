@@ -176,20 +176,18 @@ def _measured_scaling_cap(
     """Past one node, never count on a size larger than every measured one.
 
     Beyond a node the terms that dominate there (the linear ``t3 * (n - 1)`` and the cross-node
-    ``t4``) are identified only by data there: before a size above the node was measured every bootstrap replicate keeps the
-    prior's ``t4``, and one level past the largest measured multi-node size the 90th percentile
-    swings with each new window (on ElasticFlow's T4 imagenet curve, between 0.8 and 4.3 s a step
-    on one job, decision to decision). So at every size above both the node and the largest
-    measured size, the conservative step time is at least the best one at or below the larger of
-    the two. Within a node the probe rule may still plan one level past the measurements.
+    ``t4``) are identified only by data there: before a size above the node was measured every
+    bootstrap replicate keeps the prior's ``t4``, and one level past the largest measured
+    multi-node size the 90th percentile swings with each new window (on ElasticFlow's T4 imagenet
+    curve, between 0.8 and 4.3 s a step on one job, decision to decision). So at every size above
+    both the node and the largest measured size, the conservative step time is at least the best
+    one at or below the larger of the two. Within a node the probe rule may still plan one level
+    past the measurements.
     """
-    frontier = max(node_size, max(observed, default=0))
-    inside = [i for i, n in enumerate(ordered) if n <= frontier]
-    if not inside:
+    inside = np.asarray(ordered) <= max(node_size, max(observed, default=0))
+    if not inside.any():
         return cons
-    best = float(np.min(cons[inside]))
-    beyond = np.array([n > frontier for n in ordered])
-    return np.where(beyond, np.maximum(cons, best), cons)
+    return np.where(inside, cons, np.maximum(cons, float(cons[inside].min())))
 
 
 def oracle_belief(curve: SpeedCurve, levels: Sequence[int]) -> Belief:
