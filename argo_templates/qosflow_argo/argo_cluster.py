@@ -34,6 +34,7 @@ from qosflow.cluster import (
 )
 from qosflow.errors import ClusterError, NotFoundError, SpecError
 from qosflow.spec import Unit
+from qosflow.usage import UsageReport, usage_in_log
 from qosflow_argo import manifests
 from qosflow_argo.argo_server import ArgoServer
 from qosflow_argo.capacity import free_capacity
@@ -214,6 +215,20 @@ class ArgoCluster:
             if desired is not None and asked is not None and desired != asked:
                 resize = resize_state(pod, desired)[0]
         return job_status(wf, pod, resize)
+
+    def usage(self, pod_name: str, *, tail_lines: int = 200) -> list[UsageReport]:
+        """The CPU usage a training pod reported in its log (:mod:`qosflow.usage`).
+
+        ``[]`` when the pod wrote none (a training loop without qosflow's helpers) or its
+        container has not started; other errors propagate like every call's.
+        """
+        try:
+            text = self.kube.pod_log(pod_name, tail_lines=tail_lines)
+        except ClusterError as exc:
+            if exc.status in (400, 404):  # not started yet, or gone
+                return []
+            raise
+        return usage_in_log(text)
 
     def list_jobs(self, job: str | None = None) -> list[JobStatus]:
         """All qosflow workflows of the namespace, optionally of one job."""

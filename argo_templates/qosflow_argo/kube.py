@@ -83,25 +83,26 @@ class KubeApi:
 
     def call(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
         """Run one client method with retries and return its JSON body as a dict."""
-        timeout = float(self._retrier.policy.timeout_s)
 
-        def once() -> dict[str, Any]:
-            try:
-                resp = fn(
-                    *args, _preload_content=False, _request_timeout=(timeout, timeout), **kwargs
-                )
-                payload = resp.data
-            except ApiException as exc:
-                raise self._error(what, exc) from None
-            except (urllib3.exceptions.HTTPError, OSError) as exc:
-                raise TransientError(f"{what}: {type(exc).__name__}") from None
+        def parse(payload: bytes) -> dict[str, Any]:
             try:
                 data = json.loads(payload) if payload else {}
             except ValueError:
                 raise TransientError(f"{what}: truncated or non-JSON response") from None
             return data if isinstance(data, dict) else {"items": data}
 
-        return self._retrier.call(what, once)
+        return self._retrier.call(what, lambda: parse(self._raw(what, fn, *args, **kwargs)))
+
+    def _raw(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
+        """One attempt of a client method: the raw response body."""
+        timeout = float(self._retrier.policy.timeout_s)
+        try:
+            resp = fn(*args, _preload_content=False, _request_timeout=(timeout, timeout), **kwargs)
+            return bytes(resp.data or b"")
+        except ApiException as exc:
+            raise self._error(what, exc) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise TransientError(f"{what}: {type(exc).__name__}") from None
 
     def _error(self, what: str, exc: ApiException) -> Exception:
         status = int(exc.status or 0)
@@ -146,6 +147,22 @@ class KubeApi:
             field_selector="status.phase!=Succeeded,status.phase!=Failed",
         )
         return list(data.get("items") or [])
+
+    def pod_log(self, name: str, *, container: str = "main", tail_lines: int = 200) -> str:
+        """The last ``tail_lines`` lines of a pod container's log (``pods/log``)."""
+        what = f"GET pod {name}/log"
+        payload = self._retrier.call(
+            what,
+            lambda: self._raw(
+                what,
+                self._core.read_namespaced_pod_log,
+                name,
+                self.namespace,
+                container=container,
+                tail_lines=tail_lines,
+            ),
+        )
+        return payload.decode("utf-8", errors="replace")
 
     def list_nodes(self) -> list[dict[str, Any]]:
         """All nodes."""

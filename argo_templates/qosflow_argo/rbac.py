@@ -4,7 +4,8 @@ Two identities, each with only what it uses:
 
 * ``qosflow`` — the controller side (Airflow workers, the CLI). In its namespace: create/get/list/
   watch/patch Argo ``workflows`` (patch is the priority bump), get/create/update the
-  ``workflowtemplates`` (``ensure_installed``), get/list ``pods`` and patch ``pods/resize`` (in-place
+  ``workflowtemplates`` (``ensure_installed``), get/list ``pods``, get ``pods/log`` (the
+  trainer's CPU usage lines, :mod:`qosflow.usage`) and patch ``pods/resize`` (in-place
   resize; ``patch pods`` does not grant it). Cluster-wide, read-only: ``nodes`` and ``pods`` (free
   capacity = node allocatable minus pod requests), and get/create/update ``priorityclasses`` (the
   ladder; values are immutable, so there is no delete).
@@ -58,6 +59,7 @@ def rbac(namespace: str = NAMESPACE) -> list[dict[str, Any]]:
             _rule("argoproj.io", ["workflows"], ["create", "get", "list", "watch", "patch"]),
             _rule("argoproj.io", ["workflowtemplates"], ["get", "create", "update"]),
             _rule("", ["pods"], ["get", "list"]),
+            _rule("", ["pods/log"], ["get"]),
             _rule("", ["pods/resize"], ["patch"]),
         ],
     }

@@ -5,8 +5,12 @@ What it does, end to end, with real processes:
 1. points ``AIRFLOW_HOME`` at ``./.qosflow/airflow`` and migrates its SQLite database;
 2. starts the local cluster (emulated Argo Server + Kubernetes API, 2 CPUs) and installs the
    WorkflowTemplate and PriorityClass ladder through ``ArgoCluster``;
-3. measures how fast the reference trainer runs on one CPU here and sizes the job so that one CPU
-   would miss a deadline about 3 minutes away while two make it;
+3. measures the reference trainer as a pod of the local cluster at 1 and 2 CPUs (the way the run
+   will run) and sizes the job so that one CPU must miss a deadline 3 minutes away while the
+   switch to two makes it; when two CPUs are not fast enough on this host right now, it says so
+   and stops before anything runs. From here on the demo's own work (Airflow's tasks and
+   triggers) runs niced, and pods run in cgroups weighted by their CPU requests where the host
+   allows it, so the trainer keeps the CPUs it is given;
 4. runs ``qosflow_nightly_retrain`` with ``dag.test()`` (deadline ``PT3M``, first size 1 CPU) with
    a fresh history store (``.qosflow/demo-history.db``), as on a first night;
 5. prints each decision with its reason, the verdict (met or missed, with the margin) and the path
@@ -16,11 +20,13 @@ What it does, end to end, with real processes:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +34,12 @@ from typing import Any
 ROOT = Path(".qosflow").resolve()
 DAGS = Path(__file__).resolve().parents[2] / "dags"
 DEADLINE_S = 180.0
+MARGIN_S = 10.0
+"""The DAG's ``margin_seconds``."""
+SWITCH_S = 30.0
+"""How long the job runs on one CPU before the first round's rescale takes effect (about)."""
+DEMO_NICE = 10
+"""Niceness of the demo's own work (Airflow's tasks and triggers), so the trainer keeps its CPUs."""
 
 
 def _prepare_airflow(home: Path, *, verbose: bool) -> None:
@@ -46,7 +58,11 @@ def _prepare_airflow(home: Path, *, verbose: bool) -> None:
 
 
 def trainer_rate(width: int, seconds: float = 8.0, cpus: int = 1) -> float:
-    """Steps per second of the reference trainer on ``cpus`` CPUs of this machine, right now."""
+    """Steps per second of the reference trainer on ``cpus`` CPUs of this machine, right now.
+
+    A bare process pinned to the first ``cpus`` CPUs (``bench/trainer_bench.py``'s way); the demo
+    itself measures through the local cluster instead (:func:`pod_rate`).
+    """
     cores = sorted(os.sched_getaffinity(0))[:cpus]
     with tempfile.TemporaryDirectory() as tmp:
         progress = Path(tmp) / "progress"
@@ -72,10 +88,78 @@ def trainer_rate(width: int, seconds: float = 8.0, cpus: int = 1) -> float:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
+    return _steady_rate(steps)
+
+
+def _steady_rate(steps: list[tuple[float, int]]) -> float:
+    """Steps per second over the last two thirds of ``(time, steps)`` observations."""
     warm = steps[len(steps) // 3 :]
     if len(warm) < 2 or warm[-1][1] <= warm[0][1]:
         return 0.0
     return (warm[-1][1] - warm[0][1]) / (warm[-1][0] - warm[0][0])
+
+
+def pod_rate(cluster: Any, width: int, units: int, root: Path, seconds: float = 9.0) -> float:
+    """Steps per second of the trainer as a pod of ``units`` CPUs on the local cluster.
+
+    The run itself goes the same way (a pod of the local cluster, progress through the Argo
+    API), so the job is sized from what a pod really gets on this host right now.
+    """
+    from qosflow.cluster import Phase, SubmitRequest
+
+    name = f"calibrate-{units}cpu-{int(time.time())}"
+    request = SubmitRequest(
+        job=name,
+        segment=0,
+        units=units,
+        unit="cpu",
+        total_steps=1_000_000,
+        resume=False,
+        priority_class="qosflow-normal",
+        priority=0,
+        image="qosflow-demo",
+        command=("python", "-m", "qosflow.trainer", "--width", str(width)),
+        memory_per_unit="1Gi",
+        deadline=time.time() + 600,
+        checkpoint_dir=str(root / "checkpoints" / name),
+        checkpoint_every_steps=1_000_000,  # a calibration keeps nothing
+    )
+    status = cluster.submit(request)
+    steps: list[tuple[float, int]] = []
+    try:
+        started = None
+        while True:
+            time.sleep(0.5)
+            status = cluster.status(status.name)
+            if status.phase is not Phase.RUNNING or status.steps_done is None:
+                if status.phase.finished:
+                    break
+                continue
+            now = time.monotonic()
+            started = started or now
+            steps.append((now, status.steps_done))
+            if now - started >= seconds:
+                break
+    finally:
+        cluster.stop(status.name, message="qosflow demo: calibration done")
+    return _steady_rate(steps)
+
+
+def size_job(rate1: float, rate2: float, deadline_s: float, margin_s: float) -> int | None:
+    """Steps such that one CPU must miss the deadline and the switch to two makes it.
+
+    One CPU needs between 8 % more than the time left and what the measured two-CPU speed can
+    still catch up with after the first watch round (about :data:`SWITCH_S` at one CPU), with 10 %
+    of the deadline kept spare; the middle of that band, at most 25 % over. ``None`` when the band
+    is empty: two CPUs are not fast enough here right now for the story to be honest.
+    """
+    speedup = rate2 / rate1 if rate1 > 0 else 0.0
+    budget = deadline_s * 0.9 - margin_s - SWITCH_S
+    overrun_max = (speedup * budget + SWITCH_S) / deadline_s
+    if overrun_max < 1.08:
+        return None
+    overrun = min((1.08 + overrun_max) / 2, 1.25)
+    return max(60, int(rate1 * deadline_s * overrun))
 
 
 def _connection(local: Any, root: Path) -> str:
@@ -119,15 +203,16 @@ def _print_outcome(run: Any) -> int:
         print(report["table"])
         print(f"verdict: {report['verdict']}")
         print(f"report PNG: {report['png']}")
-        if not report["met"]:
-            print("(missed on this run: see the warning about the 2-CPU speedup above, if any)")
-        return 0 if run.state == "success" else 1
+        return 0 if run.state == "success" and report["met"] else 1
     print("no report was written")
     return 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the demo; exit status 0 when the pipeline ran and reported (met or missed)."""
+    """Run the demo; exit 0 when the deadline was met, 1 when missed, 3 when the host is too busy.
+
+    Exit 3 is said before anything runs: two CPUs are not fast enough here right now.
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=512, help="trainer width (step cost)")
     parser.add_argument("--deadline-s", type=float, default=DEADLINE_S)
@@ -141,20 +226,40 @@ def main(argv: list[str] | None = None) -> int:
     from qosflow.local.cluster import LocalCluster
     from qosflow_argo import ArgoCluster
 
-    rate = trainer_rate(args.width) or 1.0
-    speedup = trainer_rate(args.width, cpus=2) / rate
-    if speedup < 1.2:
-        print(
-            f"warning: 2 CPUs run the trainer only {speedup:.2f}x faster than 1 on this machine "
-            "right now (busy?); scaling up may not be enough to meet the deadline"
-        )
-    steps = max(60, int(rate * args.deadline_s * 1.25))
-    print(
-        f"trainer: {rate:.2f} steps/s on 1 CPU → {steps} steps "
-        f"(~{steps / rate:.0f} s on 1 CPU, deadline in {args.deadline_s:.0f} s)"
-    )
     with LocalCluster(cpus=2, state_dir=ROOT / "local", token="qosflow-demo") as local:
-        ArgoCluster.from_local(local).ensure_installed()
+        cluster = ArgoCluster.from_local(local)
+        cluster.ensure_installed()
+        if not local.weighted:
+            print(
+                "note: pods run without CPU weights here (no writable cgroup CPU controller), so "
+                "other busy programs on this machine compete with the training job"
+            )
+        # The demo's own work (Airflow's task starts, the triggerer, the plot) yields to the
+        # trainer: this thread and everything it starts run niced; the local cluster's threads
+        # (and the pods they start) were started before and keep their priority.
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DEMO_NICE)
+        print("measuring the trainer as a pod of the local cluster at 1 and at 2 CPUs ...")
+        rate1 = pod_rate(cluster, args.width, 1, ROOT)
+        rate2 = pod_rate(cluster, args.width, 2, ROOT)
+        speedup = rate2 / rate1 if rate1 > 0 else 0.0
+        steps = size_job(rate1, rate2, args.deadline_s, MARGIN_S)
+        print(
+            f"trainer: {rate1:.2f} steps/s on 1 CPU, {rate2:.2f} on 2 ({speedup:.2f}x) as a pod "
+            "of the local cluster"
+        )
+        if steps is None:
+            print(
+                f"this machine cannot give the demo a second CPU right now: 2 CPUs ran the "
+                f"trainer only {speedup:.2f}x faster than 1, too little to turn a deadline one CPU "
+                f"must miss into a met one within {args.deadline_s:.0f} s. Close other busy "
+                "programs (see `uptime`) and run `make demo` again."
+            )
+            return 3
+        print(
+            f"sizing: {steps} steps (~{steps / rate1:.0f} s on 1 CPU, ~{steps / rate2:.0f} s on 2; "
+            f"deadline in {args.deadline_s:.0f} s)"
+        )
         os.environ["AIRFLOW_CONN_QOSFLOW_DEFAULT"] = _connection(local, ROOT)
         from airflow.dag_processing.dagbag import DagBag
 

@@ -80,16 +80,21 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def samples_to_rows(samples: Iterable[ProgressSample]) -> list[list[float]]:
-    """JSON rows ``[time, steps_done, units]``."""
-    return [[s.time, s.steps_done, s.units] for s in samples]
+def samples_to_rows(samples: Iterable[ProgressSample]) -> list[list[float | None]]:
+    """JSON rows ``[time, steps_done, units, share]`` (``share`` ``None`` when unreported)."""
+    return [[s.time, s.steps_done, s.units, s.share] for s in samples]
 
 
-def samples_from_rows(rows: Iterable[Sequence[float]]) -> list[ProgressSample]:
-    """Inverse of :func:`samples_to_rows`."""
+def samples_from_rows(rows: Iterable[Sequence[float | None]]) -> list[ProgressSample]:
+    """Inverse of :func:`samples_to_rows` (rows of three, without a share, are read too)."""
     from qosflow.speed import ProgressSample
 
-    return [ProgressSample(float(t), int(n), int(u)) for t, n, u in rows]
+    out = []
+    for row in rows:
+        t, n, u = (float(v) if v is not None else math.nan for v in row[:3])
+        share = row[3] if len(row) > 3 else None
+        out.append(ProgressSample(t, int(n), int(u), None if share is None else float(share)))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from qosflow.cluster import Actuator, JobStatus, Phase
@@ -24,6 +24,7 @@ from qosflow.planning import belief_for
 from qosflow.predict import Calibration
 from qosflow.spec import JobSpec, Unit
 from qosflow.speed import Measured, ProgressSample, SpeedModel
+from qosflow.usage import UsageReport, merge, share_between
 from qosflow_airflow.state import json_safe, samples_to_rows
 
 DONE, FAILED, DECISION = "done", "failed", "decision"
@@ -98,6 +99,9 @@ class Watcher:
         end_only: Report only the end of the workflow (the finish step's wait).
         min_samples: Samples at the current size needed before any actionable decision.
         rescale_overhead_s: What a rescale costs here (see :func:`rescale_overhead`).
+        usage: The pod's usage reports seen so far (:mod:`qosflow.usage`): each sample gets
+            the CPU share the job got over the interval before it, so the fit can leave out
+            windows in which something else held the job's CPUs.
     """
 
     spec: JobSpec
@@ -114,9 +118,23 @@ class Watcher:
     samples: list[ProgressSample] = field(default_factory=list)
     held: Decision | None = None
     held_since: float = 0.0
+    usage: list[UsageReport] = field(default_factory=list)
 
-    def observe(self, status: JobStatus, *, now: float, free_units: int) -> WatchEvent | None:
-        """Take one observation of the workflow; return the event when the watch is over."""
+    def observe(
+        self,
+        status: JobStatus,
+        *,
+        now: float,
+        free_units: int,
+        usage: Sequence[UsageReport] = (),
+    ) -> WatchEvent | None:
+        """Take one observation of the workflow (and the pod's new usage reports, if any).
+
+        Returns:
+            The event when the watch is over, else ``None``.
+        """
+        if usage:
+            self.usage = merge(self.usage, usage)
         self._record(status, now)
         if status.phase.finished:
             return self._ended(status, now)
@@ -140,15 +158,25 @@ class Watcher:
             now,
             decision,
             decision.reason,
-            tuple(self.samples),
+            self.observed(),
             units=status.units,
         )
+
+    def observed(self) -> tuple[ProgressSample, ...]:
+        """This watch's samples, each with the CPU share of the interval before it (if known)."""
+        out: list[ProgressSample] = []
+        for i, s in enumerate(self.samples):
+            share = s.share
+            if share is None and i and self.usage:
+                share = share_between(self.usage, self.samples[i - 1].time, s.time)
+            out.append(replace(s, share=share) if share != s.share else s)
+        return tuple(out)
 
     def decide(self, status: JobStatus, *, now: float, free_units: int) -> Decision:
         """The core's decision on everything observed so far."""
         belief = belief_for(
             self.spec,
-            [*self.history, *self.samples],
+            [*self.history, *self.observed()],
             prior=self.prior,
             calibration=self.calibration,
             known=self.known,
@@ -177,7 +205,7 @@ class Watcher:
 
     def _ended(self, status: JobStatus, now: float) -> WatchEvent:
         finished = status.finished_at if status.finished_at is not None else now
-        samples = tuple(self.samples)
+        samples = self.observed()
         if status.phase is Phase.SUCCEEDED:
             margin = margin_for(self.spec, finished)
             done = Decision(

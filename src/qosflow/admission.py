@@ -9,8 +9,9 @@
 
 Running guaranteed jobs keep their units for the first slot. Guaranteed jobs that cannot make it
 even alone are left out and reported at risk; any other that no longer fits blocks new guarantees.
-``rejected`` only when the new job cannot make its deadline alone on the whole cluster at its
-fastest size, or its policy is ``reject``; otherwise ``best_effort``. Both carry a counter-offer: the
+``rejected`` only when its policy is ``reject`` (or no size of it fits the cluster at all);
+otherwise ``best_effort``, even when the belief says it cannot make its deadline alone on the
+whole cluster: a belief never turns ``run_best_effort`` into "nothing ran". Both carry a counter-offer: the
 earliest slot edge (plus margin) that passes the same tests, by binary search. Slots are ``slot_s``
 for the first 240, then double every 120; every effective deadline is a slot edge.
 """
@@ -396,7 +397,9 @@ def admit(
     snapshots.append(s.tl.free.copy())
     reservations, shares = _slot0(s.healthy, base), {k: p.share for k, p in base.items()}
     offer = _offer(s, base, base_failed, snapshots, new.margin) if counter_offer else None
-    kind: Kind = "rejected" if hopeless or if_not_guaranteed == "reject" else "best_effort"
+    # a belief never turns run_best_effort into "nothing ran": even a job believed hopeless runs,
+    # best-effort at its fastest size, and its own progress then shows what it can really do
+    kind: Kind = "rejected" if if_not_guaranteed == "reject" else "best_effort"
     units = 0 if kind == "rejected" else fresh.quickest(fresh.due - now)
     why += f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""
     at_risk = (*s.at_risk, *base_failed)

@@ -69,7 +69,7 @@ def _plan(args: argparse.Namespace) -> int:
 
         store = HistoryStore(args.history)
         history = store.history(job.key, job.resources.unit)
-        prior = prior_of(history, job.resources.per_node)
+        prior = prior_of(history, job.resources.per_node, now=now.timestamp())
         calibration = store.calibration(job.key)
     result = plan_job(
         job,

@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from qosflow.spec import Unit
+from qosflow.usage import UsageReport
 
 LABEL_JOB = "qosflow.dev/job"
 LABEL_SEGMENT = "qosflow.dev/segment"
@@ -212,4 +213,13 @@ class Actuator(Protocol):
         self, name: str, *, priority: int, priority_class: str | None = None
     ) -> JobStatus:
         """Merge-patch ``spec.priority`` (and the class for pods created later)."""
+        ...
+
+
+@runtime_checkable
+class UsageView(Protocol):
+    """A cluster that can show what a training pod reported about its CPU time (its log)."""
+
+    def usage(self, pod_name: str, *, tail_lines: int = 200) -> list[UsageReport]:
+        """The usage reports in the pod's recent log (:mod:`qosflow.usage`); ``[]`` when none."""
         ...

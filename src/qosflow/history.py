@@ -46,6 +46,7 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
 )
 from sqlalchemy.engine import Connection, make_url
@@ -86,6 +87,7 @@ samples_table = Table(
     Column("time", Float, nullable=False),
     Column("steps_done", Integer, nullable=False),
     Column("units", Integer, nullable=False),
+    Column("share", Float, nullable=True),  # CPU share got over the interval before (qosflow.usage)
     UniqueConstraint("key", "unit", "time", "steps_done", "units", name="uq_qosflow_sample"),
     Index("ix_qosflow_samples_key_unit_time", "key", "unit", "time"),
 )
@@ -192,6 +194,22 @@ class HistoryStore:
         self._engine = _engine(url)
         with self._tx() as conn:
             _meta.create_all(conn)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        """Bring a database made by an older qosflow up to date (columns added since)."""
+        with self._tx() as conn:
+            have = {c["name"] for c in inspect(conn).get_columns("qosflow_samples")}
+        if "share" in have:
+            return
+        try:
+            with self._tx() as conn:
+                conn.exec_driver_sql("ALTER TABLE qosflow_samples ADD COLUMN share FLOAT")
+        except HistoryError:  # another process added it a moment ago
+            with self._tx() as conn:
+                have = {c["name"] for c in inspect(conn).get_columns("qosflow_samples")}
+            if "share" not in have:
+                raise
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -209,7 +227,14 @@ class HistoryStore:
     def record_samples(self, key: str, unit: str, samples: Sequence[ProgressSample]) -> None:
         """Store progress samples of one job; samples already stored are skipped."""
         rows = [
-            {"key": key, "unit": unit, "time": s.time, "steps_done": s.steps_done, "units": s.units}
+            {
+                "key": key,
+                "unit": unit,
+                "time": s.time,
+                "steps_done": s.steps_done,
+                "units": s.units,
+                "share": s.share,
+            }
             for s in samples
         ]
         if not rows:
@@ -241,14 +266,17 @@ class HistoryStore:
 
         t = samples_table.c
         query = (
-            select(t.time, t.steps_done, t.units)
+            select(t.time, t.steps_done, t.units, t.share)
             .where(t.key == key, t.unit == unit)
             .order_by(t.id.desc())
             .limit(max(limit, 0))
         )
         with self._tx() as conn:
             rows = conn.execute(query).all()
-        return [ProgressSample(float(r[0]), int(r[1]), int(r[2])) for r in reversed(rows)]
+        return [
+            ProgressSample(float(r[0]), int(r[1]), int(r[2]), None if r[3] is None else float(r[3]))
+            for r in reversed(rows)
+        ]
 
     def history(self, key: str, unit: str, *, limit: int = HISTORY_LIMIT) -> list[ProgressSample]:
         """The newest samples of ``key`` on ``unit``, ready to fit: runs laid end to end.
@@ -355,23 +383,30 @@ class PromiseLedger:
         self._conn.execute(insert(promises_table), [row])
 
 
-def fit_of(history: Sequence[ProgressSample], node_size: int) -> FitResult | None:
+def fit_of(
+    history: Sequence[ProgressSample], node_size: int, *, now: float | None = None
+) -> FitResult | None:
     """The fit of a key's history, or ``None`` when it is empty or cannot be fitted.
 
     Its ``model`` is the prior (:func:`prior_of`); its ``measured`` is what that prior was
-    fitted on, size by size, which a new run of the key counts as measured (``known``).
+    fitted on, size by size, which a new run of the key counts as measured (``known``). Only
+    evidence counts: contended windows are left out, and so are thin sizes (fewer than
+    :data:`qosflow.speed.SETTLED_WINDOWS` clean windows newer than :data:`qosflow.speed.STALE_S` before
+    ``now``) once another size is settled (:func:`qosflow.speed.usable`).
     """
-    from qosflow.speed import fit
+    from qosflow.speed import fit, stale_before
 
     if not history:
         return None
-    result = fit(history, node_size=node_size)
+    result = fit(history, node_size=node_size, settled_only=True, stale_before=stale_before(now))
     return result if result.success else None
 
 
-def prior_of(history: Sequence[ProgressSample], node_size: int) -> SpeedModel | None:
+def prior_of(
+    history: Sequence[ProgressSample], node_size: int, *, now: float | None = None
+) -> SpeedModel | None:
     """The prior a key's history gives (:meth:`HistoryStore.prior` on already-read samples)."""
-    result = fit_of(history, node_size)
+    result = fit_of(history, node_size, now=now)
     return result.model if result is not None else None
 
 
@@ -393,6 +428,6 @@ def end_to_end(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
         if prev is None or s.time < prev.time or s.steps_done < prev.steps_done:  # a new run
             shift = max(end + RUN_GAP_S - s.time, 0.0)
         t = s.time + shift
-        out.append(ProgressSample(t, s.steps_done, s.units))
+        out.append(ProgressSample(t, s.steps_done, s.units, s.share))
         end = max(end, t)
     return out

@@ -18,7 +18,15 @@ from qosflow.decide import Decision, JobSnapshot, decide, margin_for
 from qosflow.predict import Belief, Calibration, Prediction, belief_from_fit, predict, schedule
 from qosflow.priority import argo_priority, classify, laxity
 from qosflow.spec import JobSpec
-from qosflow.speed import Measured, ProgressSample, SpeedModel, fit, measured, pessimistic_prior
+from qosflow.speed import (
+    Measured,
+    ProgressSample,
+    SpeedModel,
+    fit,
+    measured,
+    pessimistic_prior,
+    stale_before,
+)
 
 
 def belief_for(
@@ -28,6 +36,7 @@ def belief_for(
     prior: SpeedModel | None = None,
     calibration: Calibration | None = None,
     known: Sequence[Measured] = (),
+    history_at: float | None = None,
 ) -> Belief:
     """Fit the job's speed from its progress samples (and prior) and turn it into a belief.
 
@@ -35,13 +44,20 @@ def belief_for(
     neither, nothing is known until the first steady progress window (every step time infinite).
     ``known``: what the history the prior was fitted on measured (``measured`` of the key's
     history): those sizes count as observed and their medians anchor the belief
-    (:func:`qosflow.predict.belief_from_fit`).
+    (:func:`qosflow.predict.belief_from_fit`). ``history_at``: ``samples`` are a key's history
+    read by a plan at that time, so only settled evidence counts (:func:`qosflow.speed.usable`).
     """
     if prior is None and job.step_seconds_estimate is not None:
         prior = pessimistic_prior(
             job.resources.per_node, step_time=job.step_seconds_estimate, units=job.resources.min
         )
-    result = fit(samples, node_size=job.resources.per_node, prior=prior)
+    result = fit(
+        samples,
+        node_size=job.resources.per_node,
+        prior=prior,
+        settled_only=history_at is not None,
+        stale_before=stale_before(history_at),
+    )
     return belief_from_fit(result, job.resources.levels, calibration or Calibration(), known=known)
 
 
@@ -111,8 +127,20 @@ def plan_job(
     Returns:
         The plan: verdict, initial size, prediction, priority and schedule.
     """
-    known = measured(history) if samples and prior is not None else ()
-    belief = belief_for(job, samples or history, prior=prior, calibration=calibration, known=known)
+    old = stale_before(now)
+    known = (
+        measured(history, settled_only=True, stale_before=old)
+        if samples and prior is not None
+        else ()
+    )
+    belief = belief_for(
+        job,
+        samples or history,
+        prior=prior,
+        calibration=calibration,
+        known=known,
+        history_at=None if samples else now,
+    )
     cand = candidate(job, belief, steps_done=0, now=now)
     unknown = all(math.isinf(t) for t in cand.step_time)
     if unknown and job.if_not_guaranteed == "reject":

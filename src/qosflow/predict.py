@@ -19,6 +19,7 @@ from statistics import NormalDist
 import numpy as np
 
 from qosflow.speed import (
+    SETTLED_WINDOWS,
     FitResult,
     FloatArray,
     Measured,
@@ -167,7 +168,28 @@ def belief_from_fit(
         n: (1.0 / max(c, sys.float_info.min) if c >= 0 and math.isfinite(c) else 0.0)
         for n, c in zip(ordered, cons.tolist(), strict=True)
     }
-    return Belief(median, TableCurve(table), ordered, knee(median, ordered), observed)
+    return Belief(
+        median, TableCurve(table), ordered, _settled_knee(median, ordered, fit, known), observed
+    )
+
+
+def _settled_knee(
+    median: SpeedCurve, ordered: tuple[int, ...], fit: FitResult, known: Sequence[Measured]
+) -> int:
+    """The throughput knee, never below a size whose measurement is still thin.
+
+    A knee below ``n`` says "``n`` units are no faster than fewer": a few windows (the first
+    minute after a rescale, on a host busy with something else) must not say that for good. So
+    a measured size with fewer than :data:`~qosflow.speed.SETTLED_WINDOWS` clean windows (this
+    run's and earlier runs' together) keeps the knee at least at itself until it has them; then
+    the measurement rules.
+    """
+    windows: dict[int, int] = {}
+    for m in (*fit.measured, *known):
+        windows[m.units] = windows.get(m.units, 0) + m.windows
+    fastest = knee(median, ordered)
+    thin = [n for n in ordered if n > fastest and 0 < windows.get(n, 0) < SETTLED_WINDOWS]
+    return max(thin, default=fastest)
 
 
 def _measured_scaling_cap(

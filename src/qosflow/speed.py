@@ -47,6 +47,12 @@ SIGMA_DEFAULT = 0.05
 """Relative noise assumed for a size observed in one window only."""
 PRIOR_YIELD = 0.1
 """Factor on the prior rows' weight each time the fit contradicts an observed size."""
+CLEAN_SHARE = 0.8
+"""A window in which the job got less than this share of the CPU time it asked for is contended."""
+SETTLED_WINDOWS = 3
+"""Clean windows a size needs before its measurement may rule out scaling (see :func:`usable`)."""
+STALE_S = 30 * 86400.0
+"""A key's history windows older than this (before the plan or watch) no longer settle a size."""
 
 # Pessimistic default shape, normalised to tau(1) = 1: speed-up 1.5x at 2, 1.9x at 4, 2.3x at 8.
 _DEFAULT_SHAPE = (0.3, 0.7, 0.05, 0.0, 0.02)
@@ -63,11 +69,21 @@ class SpeedCurve(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ProgressSample:
-    """One progress observation: ``steps_done`` steps were done at ``time`` running on ``units``."""
+    """One progress observation: ``steps_done`` steps were done at ``time`` running on ``units``.
+
+    Attributes:
+        time: When it was observed (epoch seconds, or simulated seconds).
+        steps_done: Steps done by then.
+        units: Size the job ran at.
+        share: Of the CPU time the job's threads asked for over the interval that ends here, the
+            share they got (``cpu / (cpu + run-queue wait + throttled)``, see
+            :mod:`qosflow.usage`); ``None`` when the job did not report it (counted as clean).
+    """
 
     time: float
     steps_done: int
     units: int
+    share: float | None = None
 
 
 def features(n: npt.ArrayLike, node_size: int) -> FloatArray:
@@ -166,11 +182,27 @@ class TableCurve:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """One steady window: the median step time over a few consecutive sample intervals."""
+    """One steady window: the median step time over a few consecutive sample intervals.
+
+    Attributes:
+        units: Size.
+        step_time: Median seconds per step.
+        steps: Steps done in the window.
+        share: Time-weighted share of the asked-for CPU time the job got (1.0 when unreported);
+            below :data:`CLEAN_SHARE` the window is contended.
+        end: Time of the window's last sample.
+    """
 
     units: int
     step_time: float
     steps: int
+    share: float = 1.0
+    end: float = 0.0
+
+    @property
+    def clean(self) -> bool:
+        """True unless the job could not use its size during the window."""
+        return self.share >= CLEAN_SHARE
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +242,8 @@ class FitResult:
         windows: Steady windows used.
         measured: The median step time measured at each observed size (what the fit was fitted
             to; :func:`anchored` prefers it to the model there).
+        discounted: Windows left out because the job could not use its size (contended) or
+            because they were too few at their size to count (:func:`fit`'s ``settled_only``).
     """
 
     success: bool
@@ -221,6 +255,7 @@ class FitResult:
     bootstrap: tuple[SpeedModel, ...] = ()
     windows: int = 0
     measured: tuple[Measured, ...] = ()
+    discounted: int = 0
 
 
 def _segments(samples: Sequence[ProgressSample]) -> list[list[ProgressSample]]:
@@ -249,44 +284,51 @@ def _chunk_medians(values: FloatArray, idx: npt.NDArray[np.int64], chunks: int) 
 
 def _segment_windows(
     run: list[ProgressSample], warmup_steps: int, warmup_s: float, per_window: int
-) -> tuple[FloatArray, FloatArray]:
-    """Median step time and steps of each window of one run."""
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """Median step time, steps, CPU share and end time of each window of one run."""
+    empty = np.empty(0)
     t = np.array([s.time for s in run], dtype=np.float64)
     k = np.array([s.steps_done for s in run], dtype=np.float64)
+    got = np.array([1.0 if s.share is None else s.share for s in run], dtype=np.float64)
+    got = np.clip(np.nan_to_num(got, nan=1.0), 0.0, 1.0)
     steady = (k - k[0] >= warmup_steps) | (t - t[0] >= warmup_s)
-    t, k = t[steady], k[steady]
+    t, k, got = t[steady], k[steady], got[steady]
     ends = np.flatnonzero(np.diff(k) > 0) + 1  # stalls are folded into the next moving interval
     if ends.size == 0:
-        return np.empty(0), np.empty(0)
+        return empty, empty, empty, empty
     starts = np.concatenate(([0], ends[:-1]))
     dt, dk = t[ends] - t[starts], k[ends] - k[starts]
+    # a sample's share covers the interval before it: weigh each raw interval by its length
+    cum_got = np.concatenate(([0.0], np.cumsum(np.diff(t) * got[1:])))
+    weighted = cum_got[ends] - cum_got[starts]
     ok = dt > 0
-    taus, steps = dt[ok] / dk[ok], dk[ok]
+    taus, steps, dt, weighted, last = dt[ok] / dk[ok], dk[ok], dt[ok], weighted[ok], t[ends][ok]
     if taus.size == 0:
-        return np.empty(0), np.empty(0)
+        return empty, empty, empty, empty
     # chunks of per_window intervals; a short tail (at most half a window) joins the chunk before
     chunks = max(1, 1 + len(range(per_window, taus.size - per_window // 2, per_window)))
     idx = np.minimum(np.arange(taus.size) // per_window, chunks - 1)
     sums = np.asarray(np.bincount(idx, weights=steps, minlength=chunks), dtype=np.float64)
-    return _chunk_medians(taus, idx, chunks), sums
+    span = np.bincount(idx, weights=dt, minlength=chunks)
+    share = np.bincount(idx, weights=weighted, minlength=chunks) / span
+    tail = np.concatenate((np.flatnonzero(np.diff(idx)), [idx.size - 1]))
+    return _chunk_medians(taus, idx, chunks), sums, share, last[tail]
 
 
 def _window_arrays(
     samples: Sequence[ProgressSample], warmup_steps: int, warmup_s: float, per_window: int
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """Units, median step time and steps of every steady window."""
-    units: list[FloatArray] = []
-    taus: list[FloatArray] = []
-    steps: list[FloatArray] = []
+) -> tuple[FloatArray, ...]:
+    """Units, median step time, steps, CPU share and end time of every steady window."""
+    cols: list[list[FloatArray]] = [[], [], [], [], []]
     for run in _segments(samples):
         if len(run) >= 2 and run[0].units >= 1:
-            tau, k = _segment_windows(run, warmup_steps, warmup_s, max(per_window, 1))
-            units.append(np.full(tau.size, float(run[0].units)))
-            taus.append(tau)
-            steps.append(k)
-    if not units:
-        return np.empty(0), np.empty(0), np.empty(0)
-    return np.concatenate(units), np.concatenate(taus), np.concatenate(steps)
+            parts = _segment_windows(run, warmup_steps, warmup_s, max(per_window, 1))
+            size = np.full(parts[0].size, float(run[0].units))
+            for col, part in zip(cols, (size, *parts), strict=True):
+                col.append(part)
+    if not cols[0]:
+        return tuple(np.empty(0) for _ in cols)
+    return tuple(np.concatenate(col) for col in cols)
 
 
 def windows(
@@ -301,13 +343,50 @@ def windows(
     A run is a stretch of samples at one size; a size change or a reset of the step counter (a
     restart from a checkpoint) starts a new run, whose first ``warmup_steps`` steps or
     ``warmup_s`` seconds (whichever ends first) are dropped. Each window is the median of the
-    step times ``dt / dsteps`` of ``per_window`` consecutive intervals.
+    step times ``dt / dsteps`` of ``per_window`` consecutive intervals, with the time-weighted CPU
+    share the job got over them (:attr:`ProgressSample.share`).
     """
-    units, taus, steps = _window_arrays(samples, warmup_steps, warmup_s, per_window)
+    units, taus, steps, share, end = _window_arrays(samples, warmup_steps, warmup_s, per_window)
     return [
-        Window(int(u), t, int(k))
-        for u, t, k in zip(units.tolist(), taus.tolist(), steps.tolist(), strict=True)
+        Window(int(u), t, int(k), g, e)
+        for u, t, k, g, e in zip(
+            units.tolist(), taus.tolist(), steps.tolist(), share.tolist(), end.tolist(), strict=True
+        )
     ]
+
+
+def stale_before(now: float | None) -> float | None:
+    """The time before which a key's history is stale, for a plan or watch at ``now``."""
+    return None if now is None else now - STALE_S
+
+
+def usable(
+    units: FloatArray,
+    share: FloatArray,
+    end: FloatArray,
+    *,
+    settled_only: bool = False,
+    stale_before: float | None = None,
+) -> npt.NDArray[np.bool_]:
+    """Which windows count as evidence of the job's speed.
+
+    * A **contended** window (the job got less than :data:`CLEAN_SHARE` of the CPU time it asked
+      for) measured the host, not the job: it is left out, unless every window is contended (the
+      job has to be planned on something, and then it is planned on what it really got).
+    * With ``settled_only`` (a key's history, read by the next run), a size with fewer than
+      :data:`SETTLED_WINDOWS` clean windows ending at or after ``stale_before`` is *thin* and is
+      left out once another size is settled: a short or old stretch at one size never overturns
+      the shape the rest of the history and the prior give; the next run probes it again.
+    """
+    clean = share >= CLEAN_SHARE
+    if not clean.any():
+        clean = np.ones_like(clean)
+    if not settled_only or units.size == 0:
+        return clean
+    fresh = clean if stale_before is None else clean & (end >= stale_before)
+    sizes, counts = np.unique(units[fresh], return_counts=True)
+    settled = sizes[counts >= SETTLED_WINDOWS]
+    return clean & np.isin(units, settled) if settled.size else clean
 
 
 def _levels_table(
@@ -402,6 +481,8 @@ def fit(
     node_size: int,
     prior: SpeedModel | None = None,
     rng: np.random.Generator | None = None,
+    settled_only: bool = False,
+    stale_before: float | None = None,
 ) -> FitResult:
     """Fit the step-time model to a progress stream; never raises for bad data.
 
@@ -411,11 +492,17 @@ def fit(
         prior: A model from history; ``None`` uses the pessimistic default shape. Either way the
             prior is rescaled to the observed step times and only shapes the unobserved sizes.
         rng: Generator for the parameter bootstrap (a fixed seed when ``None``: deterministic).
+        settled_only: Leave thin sizes out (a key's history: see :func:`usable`).
+        stale_before: With ``settled_only``, windows that ended before this time do not settle
+            a size.
 
     Returns:
         The :class:`FitResult`; ``success=False`` when there is no steady window to fit.
     """
-    units, taus, _ = _window_arrays(samples, WARMUP_STEPS, WARMUP_S, WINDOW_INTERVALS)
+    units, taus, _, share, end = _window_arrays(samples, WARMUP_STEPS, WARMUP_S, WINDOW_INTERVALS)
+    keep = usable(units, share, end, settled_only=settled_only, stale_before=stale_before)
+    discounted = int(units.size - keep.sum())
+    units, taus = units[keep], taus[keep]
     if units.size == 0 and prior is None:
         return FitResult(
             False, UNKNOWN, math.inf, len(samples), (), "no steady progress window yet"
@@ -432,19 +519,28 @@ def fit(
     boot = tuple(SpeedModel(p[0], p[1], p[2], p[3], p[4], node_size) for p in reps.tolist())
     if units.size == 0:
         why = "no steady progress window yet; using the history prior"
-        return FitResult(False, model, math.inf, len(samples), (), why, boot)
+        return FitResult(False, model, math.inf, len(samples), (), why, boot, discounted=discounted)
     n, tau = table[0], table[1]
     residual = float(np.sqrt(np.mean((model.step_times(n) / tau - 1.0) ** 2)))
     if not math.isfinite(residual):
         return FitResult(False, prior or UNKNOWN, math.inf, len(samples), (), "fit is not finite")
     observed = tuple(int(v) for v in n.tolist())
-    seen = _measured(table)
+    left_out = f", {discounted} contended or thin windows left out" if discounted else ""
     message = (
         f"fitted {units.size} windows at sizes {list(observed)} (rms error {residual:.1%}, "
-        f"{'history' if prior is not None else 'pessimistic default'} prior)"
+        f"{'history' if prior is not None else 'pessimistic default'} prior{left_out})"
     )
     return FitResult(
-        True, model, residual, len(samples), observed, message, boot, int(units.size), seen
+        True,
+        model,
+        residual,
+        len(samples),
+        observed,
+        message,
+        boot,
+        int(units.size),
+        _measured(table),
+        discounted,
     )
 
 
@@ -456,14 +552,21 @@ def _measured(table: tuple[FloatArray, FloatArray, FloatArray, FloatArray]) -> t
     )
 
 
-def measured(samples: Sequence[ProgressSample]) -> tuple[Measured, ...]:
+def measured(
+    samples: Sequence[ProgressSample],
+    *,
+    settled_only: bool = False,
+    stale_before: float | None = None,
+) -> tuple[Measured, ...]:
     """The median steady step time at each size of ``samples`` (what :func:`fit` is fitted to).
 
-    Applied to a key's history it gives what earlier runs of the key measured, which a new run
-    counts as measured (``known`` in :func:`qosflow.predict.belief_from_fit`).
+    Applied to a key's history (``settled_only``) it gives what earlier runs of the key
+    measured, which a new run counts as measured (``known`` in
+    :func:`qosflow.predict.belief_from_fit`). The same windows count as in :func:`fit`.
     """
-    units, taus, _ = _window_arrays(samples, WARMUP_STEPS, WARMUP_S, WINDOW_INTERVALS)
-    return _measured(_levels_table(units, taus)) if units.size else ()
+    units, taus, _, share, end = _window_arrays(samples, WARMUP_STEPS, WARMUP_S, WINDOW_INTERVALS)
+    keep = usable(units, share, end, settled_only=settled_only, stale_before=stale_before)
+    return _measured(_levels_table(units[keep], taus[keep])) if keep.any() else ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -278,7 +278,7 @@ def test_without_the_counter_offer_the_verdict_is_the_same(
 
 @PROPS
 @given(scenarios(), st.sampled_from(["run_best_effort", "reject"]))
-def test_rejected_only_when_hopeless_alone_or_the_policy_says_so(
+def test_rejected_only_when_the_policy_says_so_never_for_a_belief(
     sc: tuple[Candidate, list[Candidate], int], policy: str
 ) -> None:
     new, admitted, capacity = sc
@@ -286,14 +286,21 @@ def test_rejected_only_when_hopeless_alone_or_the_policy_says_so(
     if borderline(new, capacity, new.deadline):
         return
     hopeless = not alone_feasible(new, capacity, new.deadline)
+    fits = any(
+        n <= capacity and math.isfinite(t) for n, t in zip(new.levels, new.step_time, strict=True)
+    )
     if verdict.kind == "rejected":
-        assert hopeless or policy == "reject"
+        assert policy == "reject" or not fits  # a size that fits the cluster: never for a belief
         assert verdict.units == 0
     elif verdict.kind == "best_effort":
-        assert policy == "run_best_effort" and not hopeless
+        assert policy == "run_best_effort"
         assert verdict.units in new.levels
-    if hopeless:
-        assert verdict.kind == "rejected"
+    if hopeless and fits:  # believed unable to make it even alone: still runs, at its fastest
+        assert verdict.kind == ("rejected" if policy == "reject" else "best_effort")
+        if policy == "run_best_effort":
+            reachable = [t for n, t in zip(new.levels, new.step_time, strict=True) if n <= capacity]
+            got = new.step_time[new.levels.index(verdict.units)]
+            assert got <= min(reachable) * (1 + 1e-9)
 
 
 @PROPS
@@ -360,12 +367,14 @@ def test_a_job_that_would_break_a_guaranteed_one_runs_best_effort_with_a_counter
     assert again.kind == "guaranteed"
 
 
-def test_reject_policy_and_hopeless_jobs_are_rejected() -> None:
+def test_a_hopeless_job_runs_best_effort_at_its_fastest_unless_its_spec_says_reject() -> None:
     new = job("new", 1, 100_000, guaranteed=False)  # needs ~5.5 h at 8 units
     verdict = admit(new, [], capacity=8, now=NOW)
-    assert verdict.kind == "rejected"
+    assert (verdict.kind, verdict.units) == ("best_effort", 8)  # a belief never means "nothing ran"
     assert "even alone" in verdict.reason
     assert verdict.counter_offer is not None and verdict.counter_offer > new.deadline
+    refused = admit(new, [], capacity=8, now=NOW, if_not_guaranteed="reject")
+    assert (refused.kind, refused.units) == ("rejected", 0)
     a = job("a", 1, int(3600 / (1 / 8**0.8)) - 10, margin=0.0)
     tight = job("new", 1, 1800, guaranteed=False, margin=0.0)
     assert admit(tight, [a], capacity=8, now=NOW, if_not_guaranteed="reject").kind == "rejected"

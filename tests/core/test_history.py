@@ -231,3 +231,20 @@ def test_two_plan_steps_at_the_same_instant_cannot_both_promise(tmp_path: Path) 
             assert sorted(ledger.pending("gpu")) == [first]
     finally:
         store.close()
+
+
+def test_a_database_of_an_older_qosflow_gains_the_share_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:  # the samples table as qosflow 0.1 made it
+        db.execute(
+            "CREATE TABLE qosflow_samples (id INTEGER PRIMARY KEY, key VARCHAR(253) NOT NULL, "
+            "unit VARCHAR(16) NOT NULL, time FLOAT NOT NULL, steps_done INTEGER NOT NULL, "
+            "units INTEGER NOT NULL)"
+        )
+        db.execute("INSERT INTO qosflow_samples VALUES (1, 'k', 'cpu', 1.0, 5, 2)")
+    store = HistoryStore(f"sqlite:///{path}")
+    store.record_samples("k", "cpu", [ProgressSample(2.0, 9, 2, 0.61)])
+    assert store.samples("k", "cpu") == [ProgressSample(1.0, 5, 2), ProgressSample(2.0, 9, 2, 0.61)]
+    HistoryStore(f"sqlite:///{path}").close()  # opening it again changes nothing

@@ -121,7 +121,7 @@ class PlanTrainingOperator(QosflowOperator):
         store = self.hook.get_history()
         try:
             history = store.history(spec.key, res.unit)
-            prior = prior_of(history, res.per_node)
+            prior = prior_of(history, res.per_node, now=now)
             calibration = store.calibration(spec.key)
             # one plan step at a time: a promise given a moment ago, whose workflow is not on
             # the cluster yet, still counts (two DAGs planning at the same instant)

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from qosflow.cluster import Actuator, ClusterView
+from qosflow.cluster import Actuator, ClusterView, Phase, UsageView
 from qosflow.errors import ClusterError, QosflowError
 from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, config_from_connection
 from qosflow_airflow.state import TrainingState, samples_from_rows
 
 if TYPE_CHECKING:
     from qosflow.speed import Measured
+    from qosflow.usage import UsageReport
     from qosflow_airflow.watch import Watcher, WatchEvent
 
 ERROR = "error"
@@ -156,7 +157,8 @@ def new_watcher(
             calibration = store.calibration(spec.key)
         finally:
             store.close()
-        fitted = fit_of(history, spec.resources.per_node)  # the prior and the sizes it saw
+        now = cluster.now() if isinstance(cluster, ClusterView) else None
+        fitted = fit_of(history, spec.resources.per_node, now=now)  # the prior and its sizes
         if fitted is not None:
             prior, known = fitted.model, fitted.measured
     watcher = Watcher(
@@ -177,7 +179,11 @@ def new_watcher(
 
 
 def poll_once(cluster: ClusterView, watcher: Watcher) -> WatchEvent | None:
-    """One blocking poll: status, capacity, clock → the watcher."""
+    """One blocking poll: status, the pod's usage reports, capacity, clock → the watcher."""
     status = cluster.status(watcher.workflow)
+    usage: list[UsageReport] = []
+    running = status.phase is Phase.RUNNING and status.pod_name
+    if running and not watcher.end_only and isinstance(cluster, UsageView):
+        usage = cluster.usage(str(status.pod_name))
     free = cluster.capacity(watcher.spec.resources.unit).free
-    return watcher.observe(status, now=cluster.now(), free_units=free)
+    return watcher.observe(status, now=cluster.now(), free_units=free, usage=usage)

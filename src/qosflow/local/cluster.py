@@ -13,6 +13,7 @@ thread runs: every ``clock.advance(s)`` runs exactly one tick, for deterministic
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -25,6 +26,7 @@ from typing import Any
 
 from qosflow.errors import ClusterError
 from qosflow.local.argo_api import ArgoApi
+from qosflow.local.cgroups import CpuWeights
 from qosflow.local.clock import Clock, VirtualClock, WallClock
 from qosflow.local.controller import Controller
 from qosflow.local.faults import FaultPlan
@@ -61,6 +63,9 @@ class LocalCluster:
         watch_keepalive_s: Interval of the ``:`` keep-alive lines of SSE watch streams.
         preemption: Let pending pods evict lower-priority running pods, as the Kubernetes
             scheduler does (off by default: a pending pod waits).
+        cpu_weights: Weight pods' cgroups by their CPU requests where the host allows it, so they
+            get their CPUs ahead of the host's other processes (:mod:`qosflow.local.cgroups`);
+            only with the default process runner. :attr:`weighted` tells whether it is on.
     """
 
     def __init__(
@@ -79,6 +84,7 @@ class LocalCluster:
         namespace: str = "qosflow",
         watch_keepalive_s: float = 15.0,
         preemption: bool = False,
+        cpu_weights: bool = True,
     ) -> None:
         if cpus < 1:
             raise ClusterError(f"cpus: must be >= 1 (got {cpus})")
@@ -89,7 +95,11 @@ class LocalCluster:
         self.token = token
         self.port = port
         self.clock: Clock = clock or WallClock()
-        self.runner: Runner = runner or ProcessRunner()
+        self.weights: CpuWeights | None = None
+        if runner is None and cpu_weights:
+            digest = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:12]
+            self.weights = CpuWeights.detect(digest, cpus)
+        self.runner: Runner = runner or ProcessRunner(self.weights)
         self.progress_tick_s = progress_tick_s
         self.faults = faults or FaultPlan()
         self.namespace = namespace
@@ -166,6 +176,13 @@ class LocalCluster:
             self.node.shutdown(self.clock.now())
             self.controller.settle(self.clock.now())
         self.store.save(force=True)
+        if self.weights is not None:
+            self.weights.close()
+
+    @property
+    def weighted(self) -> bool:
+        """True when pods' cgroups are weighted by their CPU requests (see ``cpu_weights``)."""
+        return self.weights is not None
 
     def __enter__(self) -> LocalCluster:
         return self.start()

@@ -18,8 +18,9 @@ from qosflow.local.patch import apply_patch
 from qosflow.local.priority_classes import PriorityClassApi
 from qosflow.local.query import field_selector, label_selector
 from qosflow.local.resize import check_resize
+from qosflow.local.server import Text
 from qosflow.local.shapes import POD_PATCH, check
-from qosflow.local.status import conflict, invalid, not_found
+from qosflow.local.status import ApiError, conflict, invalid, not_found
 from qosflow.local.store import Obj, Store, snapshot
 
 _POD_FIELDS = frozenset({"metadata.name", "metadata.namespace", "status.phase", "spec.nodeName"})
@@ -58,6 +59,7 @@ class KubeApi:
             ("GET", pods, self.list_pods),
             ("GET", f"{pods}/{name}", self.get_pod),
             ("GET", f"{pods}/{name}/resize", self.get_pod),
+            ("GET", f"{pods}/{name}/log", self.pod_log),
             ("PATCH", f"{pods}/{name}/resize", self.resize),
             ("PATCH", f"{pods}/{name}", self.patch_pod),
             ("GET", wfs, self.list_workflows),
@@ -154,6 +156,43 @@ class KubeApi:
     def get_pod(self, ns: str, name: str, **_: Any) -> tuple[int, Any]:
         """``GET /api/v1/namespaces/{ns}/pods/{name}`` (and ``/resize``), serialised under the lock."""
         return 200, json.dumps(self._pod_or_404(ns, name), separators=(",", ":")).encode()
+
+    def pod_log(self, ns: str, name: str, query: Query, **_: Any) -> tuple[int, Any]:
+        """``GET /api/v1/namespaces/{ns}/pods/{name}/log``: the ``main`` container's output.
+
+        Supports ``container`` (only ``main`` exists), ``tailLines`` and ``limitBytes`` (the
+        last bytes), as the kubelet does; a pod whose container never started answers 400.
+        """
+        pod = self._pod_or_404(ns, name)
+        container = _q(query, "container") or "main"
+        if container != "main":
+            raise ApiError(400, f"container {container} is not valid for pod {name}")
+        limits: dict[str, int] = {}
+        for field in ("tailLines", "limitBytes"):
+            text = _q(query, field)
+            if text is None:
+                continue
+            if not text.isdigit():
+                raise ApiError(
+                    400, f"{field}: Invalid value: {text!r}: must be a non-negative integer"
+                )
+            limits[field] = int(text)
+        path = self.store.state_dir / "pods" / ns / name / "main.log"
+        try:
+            data = path.read_bytes()
+        except OSError:
+            phase = pod.get("status", {}).get("phase", "Pending")
+            raise ApiError(
+                400, f'container "main" in pod "{name}" is waiting to start ({phase})'
+            ) from None
+        if "tailLines" in limits:
+            lines = data.splitlines(keepends=True)
+            data = (
+                b"".join(lines[len(lines) - limits["tailLines"] :]) if limits["tailLines"] else b""
+            )
+        if "limitBytes" in limits:
+            data = data[: limits["limitBytes"]]
+        return 200, Text(data)
 
     def patch_pod(
         self, ns: str, name: str, body: Any, content_type: str, **_: Any

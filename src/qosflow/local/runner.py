@@ -5,7 +5,10 @@ image and runs the container's ``command + args`` as a real process: in its own 
 per-pod directory, with ``ARGO_PROGRESS_FILE`` set, ``PATH`` starting with the directory of
 ``sys.executable`` (so ``python`` is this interpreter), and its CPU affinity set to the cores the
 local cluster allocated. Affinity is applied before the program starts (a tiny ``exec`` shim) and,
-on an in-place resize, to every thread of the process and of its children.
+on an in-place resize, to every thread of the process and of its children. Where the host allows
+it, the shim also joins the pod's cgroup, weighted by its CPU request
+(:class:`~qosflow.local.cgroups.CpuWeights`), so the pod gets its CPUs ahead of the host's other
+processes, as on a node.
 """
 
 from __future__ import annotations
@@ -21,13 +24,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from qosflow.local.cgroups import CpuWeights
+
 _SHIM = (
     "import os,sys\n"
     "os.sched_setaffinity(0,[int(c) for c in sys.argv[1].split(',')])\n"
+    "if sys.argv[2]:\n"
+    " try:\n"
+    "  open(sys.argv[2],'w').write(str(os.getpid()))\n"
+    " except OSError:\n"
+    "  pass\n"
     "try:\n"
-    " os.execvp(sys.argv[2],sys.argv[2:])\n"
+    " os.execvp(sys.argv[3],sys.argv[3:])\n"
     "except OSError as e:\n"
-    " print(f'exec {sys.argv[2]!r}: {e.strerror}',file=sys.stderr)\n"
+    " print(f'exec {sys.argv[3]!r}: {e.strerror}',file=sys.stderr)\n"
     " os._exit(127)\n"
 )
 
@@ -145,17 +155,25 @@ class LocalProcess:
     """A pod container running as a real process (see :class:`ProcessRunner`)."""
 
     def __init__(
-        self, popen: subprocess.Popen[bytes], on_exit: Callable[[], None] | None = None
+        self,
+        popen: subprocess.Popen[bytes],
+        on_exit: Callable[[], None] | None = None,
+        *,
+        weights: CpuWeights | None = None,
+        key: str = "",
     ) -> None:
         self._popen = popen
         self._start_ticks = process_start_ticks(popen.pid)
-        if on_exit is not None:
-            threading.Thread(target=self._reap, args=(on_exit,), daemon=True).start()
+        self._weights, self._key = weights, key
+        threading.Thread(target=self._reap, args=(on_exit,), daemon=True).start()
 
-    def _reap(self, on_exit: Callable[[], None]) -> None:
+    def _reap(self, on_exit: Callable[[], None] | None) -> None:
         """Wait for the exit in the background, then wake the kubelet (no tick of delay)."""
         self._popen.wait()
-        on_exit()
+        if self._weights is not None:
+            self._weights.release(self._key)
+        if on_exit is not None:
+            on_exit()
 
     @property
     def pid(self) -> int | None:
@@ -175,7 +193,9 @@ class LocalProcess:
         return 128 - code if code < 0 else code
 
     def set_cores(self, cores: tuple[int, ...], cpus: float) -> None:
-        """Re-pin every thread of the process tree to ``cores``."""
+        """Re-pin every thread of the process tree to ``cores`` (and re-weight its cgroup)."""
+        if self._weights is not None:
+            self._weights.resize(self._key, round(cpus * 1000))
         for tid in _threads_of_tree(self._popen.pid):
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(tid, cores)
@@ -194,7 +214,14 @@ class LocalProcess:
 
 
 class ProcessRunner:
-    """Runs each pod's command as a real local process (the image is ignored)."""
+    """Runs each pod's command as a real local process (the image is ignored).
+
+    Args:
+        weights: Pod cgroups weighted by CPU request (``None``: pods run unweighted).
+    """
+
+    def __init__(self, weights: CpuWeights | None = None) -> None:
+        self.weights = weights
 
     def launch(self, spec: PodLaunch, now: float) -> PodProcess:
         """Start the process pinned to ``spec.cores``; output goes to ``<workdir>/main.log``."""
@@ -212,9 +239,11 @@ class ProcessRunner:
             }
         )
         cores = ",".join(str(c) for c in spec.cores)
+        key = f"{spec.namespace}_{spec.pod}"
+        procs = self.weights.pod(key, round(spec.cpus * 1000)) if self.weights else None
         with open(spec.workdir / "main.log", "ab") as log:
             popen = subprocess.Popen(
-                [sys.executable, "-c", _SHIM, cores, *spec.argv],
+                [sys.executable, "-c", _SHIM, cores, str(procs or ""), *spec.argv],
                 cwd=spec.workdir,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -222,4 +251,4 @@ class ProcessRunner:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return LocalProcess(popen, spec.on_exit)
+        return LocalProcess(popen, spec.on_exit, weights=self.weights, key=key)

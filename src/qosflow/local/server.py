@@ -16,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -30,6 +31,13 @@ from qosflow.local.watch import Stream
 _LOG = logging.getLogger(__name__)
 Handler = Callable[..., tuple[int, Any]]
 Route = tuple[str, re.Pattern[str], Handler]
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """A plain-text answer (a pod's log), sent as ``text/plain``."""
+
+    data: bytes
 
 
 def _json_error(exc: Exception, text: str) -> str:
@@ -226,9 +234,17 @@ class Listener:
         body: Any,
         headers: dict[str, str] | None = None,
     ) -> None:
-        data = body if isinstance(body, bytes) else json.dumps(body, separators=(",", ":")).encode()
+        ctype = "text/plain" if isinstance(body, Text) else "application/json"
+        if isinstance(body, Text):
+            data = body.data
+        else:
+            data = (
+                body
+                if isinstance(body, bytes)
+                else json.dumps(body, separators=(",", ":")).encode()
+            )
         req.send_response(status)
-        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Type", ctype)
         req.send_header("Content-Length", str(len(data)))
         if self.kind == "argo" and status != 401:
             req.send_header("Grpc-Metadata-Argo-Version", ARGO_VERSION)

@@ -232,7 +232,10 @@ class LearnedBelief(Belief):
     def _key_history(self, job: TraceJob, levels: Sequence[int]) -> FittedSpeeds | None:
         key = (job.model, job.batch_size)
         if key not in self._history:
-            fitted = fit_of(end_to_end(self._runs.get(key, ())), self._node_size)
+            runs = end_to_end(self._runs.get(key, ()))
+            # staleness counts from the key's newest run (the history changes only when one ends)
+            newest = max((r.time for r in runs), default=None)
+            fitted = fit_of(runs, self._node_size, now=newest)
             self._history[key] = None
             if fitted is not None:
                 self._history[key] = FittedSpeeds(fitted, _median_table(fitted, levels))

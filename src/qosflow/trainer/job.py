@@ -8,8 +8,9 @@ Output contract (stable: the local cluster, the Argo templates and the tests rel
   "loss": ...}`` (also written to ``<checkpoint_dir>/result.json``) or ``{"event": "stopped",
   "steps": N, "checkpoint": ...}`` after a SIGTERM.
 * **stderr** gets JSON event lines: ``start``, ``resume`` (with skipped corrupt files),
-  ``threads`` (whenever the thread pool is resized), ``checkpoint``, and ``step`` every
-  ``log_every`` steps.
+  ``threads`` (whenever the thread pool is resized), ``checkpoint``, ``step`` every
+  ``log_every`` steps and, while a progress file is set, ``usage`` every few seconds (the CPU
+  time the process got against the time it waited for a CPU: :mod:`qosflow.usage`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from qosflow.trainer.cpus import CpuFollower
 from qosflow.trainer.model import Params, Task, init_params, loss, train_step
 from qosflow.trainer.preemption import EXIT_CHECKPOINTED, EXIT_OK, install_checkpoint_handler
 from qosflow.trainer.progress import ProgressFile
+from qosflow.trainer.usage import UsageMeter
 from qosflow.trainer.workers import WorkerPool
 
 RESULT_FILE = "result.json"
@@ -149,6 +151,7 @@ class TrainingJob:
             cfg.progress_file, cfg.total_steps, clock=self.clock, on_error=self._progress_error
         )
         progress.update(state.step, force=True)
+        meter = UsageMeter(stream=self.stderr) if cfg.progress_file is not None else None
 
         def on_stop() -> None:
             path = self._save(state)
@@ -158,7 +161,7 @@ class TrainingJob:
         handler = install_checkpoint_handler(on_stop, signals=(signal.SIGTERM, signal.SIGINT))
         try:
             with progress.heartbeat(1.0):
-                self._loop(state, progress, handler.critical)
+                self._loop(state, progress, handler.critical, meter)
             handler.disarm()  # finishing now: a late SIGTERM must not cut the result short
             return self._finish(state, progress, resumed_from, started)
         except SystemExit as exc:
@@ -189,7 +192,13 @@ class TrainingJob:
         emit(self.stdout, "done", **result)
         return EXIT_OK
 
-    def _loop(self, state: _State, progress: ProgressFile, critical: Callable[[], Any]) -> None:
+    def _loop(
+        self,
+        state: _State,
+        progress: ProgressFile,
+        critical: Callable[[], Any],
+        meter: UsageMeter | None,
+    ) -> None:
         cfg = self.config
         while state.step < cfg.total_steps:
             with critical():
@@ -208,6 +217,8 @@ class TrainingJob:
                 if cfg.checkpoint_every and state.step % cfg.checkpoint_every == 0:
                     self._save(state)
             progress.update(state.step)
+            if meter is not None:
+                meter.tick(state.step)
             if cfg.log_every and state.step % cfg.log_every == 0:
                 emit(
                     self.stderr,

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from qosflow.errors import SpecError
+from qosflow.trainer.usage import UsageMeter
 
 PROGRESS_ENV = "ARGO_PROGRESS_FILE"
 _PROGRESS = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -171,6 +172,7 @@ class ProgressFile:
 
 _reporters: dict[tuple[Path, int], ProgressFile] = {}
 _reporters_lock = threading.Lock()
+_meter: UsageMeter | None = None
 
 
 def report_progress(
@@ -180,7 +182,10 @@ def report_progress(
 
     Writes ``done/total`` atomically to ``path`` (default: ``$ARGO_PROGRESS_FILE``; nothing happens
     when neither is set). Writes at most every ``min_interval`` seconds, except that the first
-    value, 0 and ``total`` are always written.
+    value, 0 and ``total`` are always written. While it reports to a file it also writes a usage
+    line to standard error every few seconds (:class:`~qosflow.trainer.usage.UsageMeter`): how
+    much of its CPU allocation the process got, so a size is not judged by a window in which
+    something else held its CPUs.
 
     Args:
         done: Steps done so far.
@@ -198,11 +203,17 @@ def report_progress(
     if not target:
         format_progress(done, total)
         return False
+    global _meter
     key = (Path(target), total)
     with _reporters_lock:
         reporter = _reporters.get(key)
         if reporter is None:
             reporter = ProgressFile(key[0], total, min_interval=min_interval)
             _reporters[key] = reporter
+        if _meter is None:
+            _meter = UsageMeter()
+        meter = _meter
     reporter.min_interval = min_interval
-    return reporter.update(done)
+    written = reporter.update(done)
+    meter.tick(done)
+    return written
