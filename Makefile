@@ -6,7 +6,7 @@ export UV_LINK_MODE ?= copy
 # uv from PATH, else the copy bootstrapped into .uv/ (a private venv: no system packages touched).
 UV = $$(command -v uv || echo .uv/bin/uv)
 
-.PHONY: demo test lint typecheck contracts pytest pytest-k8s36 bench venv uv clean
+.PHONY: demo test check lint typecheck contracts pytest pytest-unit pytest-k8s36 bench venv uv clean
 
 uv:
 	@command -v uv >/dev/null 2>&1 || [ -x .uv/bin/uv ] || { \
@@ -30,6 +30,10 @@ contracts: venv
 pytest: venv
 	$(PY) -m pytest
 
+# The fast suite: every test that starts no real process (no trainer, cluster or Airflow run).
+pytest-unit: venv
+	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
+
 # The Argo client must work with kubernetes client 36 (what cncf-kubernetes pins) and 37 (our lock):
 # re-run the client, contract and fault suites with 36.0.3 layered over the locked environment.
 pytest-k8s36: venv
@@ -40,10 +44,22 @@ pytest-k8s36: venv
 	  --with 'kubernetes==36.0.3' python -m pytest -q -p no:cacheprovider \
 	  tests/argo/test_client.py tests/argo/test_contract.py tests/argo/test_faults.py
 
+# Build the wheel, install it (with the argo extra) in a clean venv, run the CLI outside the repo
+# (also part of `make test`: tests/test_wheel.py is in the suite).
+.PHONY: wheel-smoke
+wheel-smoke: venv
+	$(PY) -m pytest -q tests/test_wheel.py
+
 test: lint typecheck contracts pytest pytest-k8s36
 
+# `make check` before every commit (about two minutes); `make test` runs everything.
+check: lint typecheck contracts pytest-unit
+
+# Every bench prints `key: value` lines; bench/RESULTS.md is written from them (date, machine).
 bench: venv
-	@for b in bench/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@mkdir -p .qosflow; set -o pipefail; for b in bench/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done \
+	  | tee .qosflow/bench.log
+	$(PY) bench/results.py .qosflow/bench.log > bench/RESULTS.md
 
 demo: venv
 	$(PY) -m qosflow_airflow.demo

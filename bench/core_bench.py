@@ -13,7 +13,7 @@ target and the ratio value / target.
 * Extrapolation: fitted on one size only, the step time one level up (where the probe rule lets a
   job go next): how often the conservative step time is at least the truth, and the median's bias.
 * Cost: fit + belief + decide for one job on its progress at half-way (median of all streams), and
-  ``qosflow.admission.admit`` of one job against 1,000 and 10,000 guaranteed jobs.
+  ``qosflow.core.admission.admit`` of one job against 1,000 and 10,000 guaranteed jobs.
 
 Traces: ``$QOSFLOW_SHARED`` or ``<repo>/../shared``.
 """
@@ -32,11 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-from qosflow.admission import Candidate, admit
-from qosflow.decide import JobSnapshot, decide
-from qosflow.predict import Calibration, belief_from_fit, calibrate, predict
-from qosflow.spec import JobSpec, load_job
-from qosflow.speed import FitResult, ProgressSample, TableCurve, fit, knee
+from qosflow.core.admission import Candidate, admit
+from qosflow.core.decide import JobSnapshot, decide
+from qosflow.core.fit import FitResult, fit
+from qosflow.core.predict import Calibration, belief_from_fit, calibrate, predict
+from qosflow.core.spec import JobSpec, load_job
+from qosflow.core.speed import ProgressSample, TableCurve, knee
 
 SHARED = Path(os.environ.get("QOSFLOW_SHARED") or Path(__file__).resolve().parents[2] / "shared")
 TABLES = SHARED / "traces/elasticflow/pkusys-ElasticFlow/ElasticFlow/scheduler/throughputs_A100"

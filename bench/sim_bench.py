@@ -28,9 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from qosflow.bound import upper_bound
-from qosflow.sim.cli import Workload, bound_jobs, load_workload, run_policy
-from qosflow.trace import elasticflow_dir
+from qosflow.cli.simulate import Workload, bound_jobs, load_workload, run_policy
+from qosflow.sim.bound import upper_bound
+from qosflow.sim.trace import elasticflow_dir
 
 HERE = Path(__file__).resolve().parent
 MS = "microsoft-elasticflow-traces/data/elasticflow-traces"
@@ -211,8 +211,8 @@ def cluster04() -> None:
         "            return next(int(x.split()[1]) // 1024 for x in f if x.startswith('VmHWM:'))\n"
         "    except (OSError, StopIteration):\n"
         "        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024\n"
-        "from qosflow.sim.cli import load_workload, run_policy\n"
-        "from qosflow.trace import elasticflow_dir\n"
+        "from qosflow.cli.simulate import load_workload, run_policy\n"
+        "from qosflow.sim.trace import elasticflow_dir\n"
         f"w = load_workload(str(elasticflow_dir() / '{MS}/cluster04.csv'), '128x8', 'A100', 1)\n"
         "t = time.perf_counter()\n"
         "r = run_policy(w, 'qosflow', slot=60, speeds='oracle', seed=1, sigma=0.0, bound=None,"

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from qosflow.sim.engine import SimConfig, simulate
 from qosflow.sim.policies.edf_elastic import EdfElastic
 from qosflow.sim.policies.elasticflow import ElasticFlow
-from qosflow.trace import elasticflow_dir, load_cluster_spec, load_throughputs, load_trace
+from qosflow.sim.trace import elasticflow_dir, load_cluster_spec, load_throughputs, load_trace
 
 MS = "microsoft-elasticflow-traces/data/elasticflow-traces"
 # (setting, trace, cluster spec, GPU type, slot, ElasticFlow reference, EDF reference)

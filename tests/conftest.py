@@ -7,7 +7,20 @@ import os
 import tempfile
 from pathlib import Path
 
+from hypothesis import HealthCheck, settings
+
 DAGS = Path(__file__).resolve().parents[1] / "dags"
+
+# One Hypothesis profile for the whole suite: derandomized (every run tries the same examples, so a
+# failure reproduces), no per-example deadline (CI machines are shared), and the blob to replay.
+settings.register_profile(
+    "qosflow",
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("qosflow")
 
 if "QOSFLOW_TEST_AIRFLOW_HOME" not in os.environ:
     os.environ["QOSFLOW_TEST_AIRFLOW_HOME"] = tempfile.mkdtemp(prefix="qosflow-airflow-")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from qosflow import __version__ as __version__  # one version: src/qosflow/__init__.py
+
 __all__ = ["ArgoCluster", "RetryPolicy"]
 
 if TYPE_CHECKING:

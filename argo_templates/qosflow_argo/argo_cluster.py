@@ -21,7 +21,7 @@ from typing import Any
 
 import requests
 
-from qosflow.cluster import (
+from qosflow.core.cluster import (
     ANNOTATION_DEADLINE,
     LABEL_JOB,
     LABEL_MANAGED,
@@ -32,9 +32,9 @@ from qosflow.cluster import (
     ResizeState,
     SubmitRequest,
 )
-from qosflow.errors import ClusterError, NotFoundError, SpecError
-from qosflow.spec import Unit
-from qosflow.usage import UsageReport, usage_in_log
+from qosflow.core.errors import ClusterError, NotFoundError, SpecError
+from qosflow.core.spec import Unit
+from qosflow.core.usage import UsageReport, usage_in_log
 from qosflow_argo import manifests
 from qosflow_argo.argo_server import ArgoServer
 from qosflow_argo.capacity import free_capacity
@@ -217,7 +217,7 @@ class ArgoCluster:
         return job_status(wf, pod, resize)
 
     def usage(self, pod_name: str, *, tail_lines: int = 200) -> list[UsageReport]:
-        """The CPU usage a training pod reported in its log (:mod:`qosflow.usage`).
+        """The CPU usage a training pod reported in its log (:mod:`qosflow.core.usage`).
 
         ``[]`` when the pod wrote none (a training loop without qosflow's helpers) or its
         container has not started; other errors propagate like every call's.

@@ -2,7 +2,7 @@
 
 Only what qosflow uses: workflows create/get/list/stop and workflow templates get/create/update.
 Errors come back as ``{"code": <gRPC code>, "message": ...}``; 404 becomes
-:class:`~qosflow.errors.NotFoundError`, other 4xx :class:`~qosflow.errors.ClusterError` carrying the
+:class:`~qosflow.core.errors.NotFoundError`, other 4xx :class:`~qosflow.core.errors.ClusterError` carrying the
 server's message, and 429/5xx, resets and timeouts are retried by the :class:`Retrier`. The bearer
 token lives only in the session's headers: it is never logged, never in a repr or an error.
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from qosflow.errors import ClusterError, NotFoundError
+from qosflow.core.errors import ClusterError, NotFoundError
 from qosflow_argo.retry import TRANSIENT_STATUS, Retrier, TransientError, parse_retry_after
 
 log = logging.getLogger(__name__)

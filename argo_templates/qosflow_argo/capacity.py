@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from qosflow.cluster import Capacity
-from qosflow.spec import Unit, parse_quantity
+from qosflow.core.cluster import Capacity
+from qosflow.core.spec import Unit, parse_quantity
 from qosflow_argo.manifests import GPU_RESOURCE
 
 RESOURCE: dict[str, str] = {"cpu": "cpu", "gpu": GPU_RESOURCE, "worker": "pods"}

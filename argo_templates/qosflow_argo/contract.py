@@ -9,7 +9,7 @@
 * Argo Server requests and responses against ``swagger.json`` (:class:`SwaggerContract`), with
   ``Time`` nullable because Go writes a zero time as ``null``.
 
-:func:`check_manifest` raises :class:`~qosflow.errors.SpecError` naming the kind, object and field,
+:func:`check_manifest` raises :class:`~qosflow.core.errors.SpecError` naming the kind, object and field,
 so a bad manifest never leaves the client.
 """
 
@@ -27,7 +27,7 @@ import kubernetes_validate
 from jsonschema import Draft4Validator, Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from qosflow.errors import SpecError
+from qosflow.core.errors import SpecError
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
 KUBERNETES_VERSION = "1.33.0"

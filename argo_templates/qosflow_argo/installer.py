@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from qosflow.errors import ClusterError, NotFoundError
+from qosflow.core.errors import ClusterError, NotFoundError
 from qosflow_argo import manifests
 from qosflow_argo.argo_server import ArgoServer
 from qosflow_argo.contract import check_manifest

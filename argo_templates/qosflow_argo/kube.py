@@ -18,7 +18,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from qosflow.errors import ClusterError, NotFoundError
+from qosflow.core.errors import ClusterError, NotFoundError
 from qosflow_argo.argo_server import redact
 from qosflow_argo.retry import TRANSIENT_STATUS, Retrier, TransientError, parse_retry_after
 

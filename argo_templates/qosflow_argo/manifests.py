@@ -1,7 +1,7 @@
 """Manifest builders: the ``qosflow-train`` WorkflowTemplate (hera), its Workflows, the ladder.
 
 The Workflow that runs one job segment references the template; the PriorityClass ladder comes
-from ``qosflow.priority.LADDER`` (RBAC is in :mod:`qosflow_argo.rbac`).
+from ``qosflow.core.priority.LADDER`` (RBAC is in :mod:`qosflow_argo.rbac`).
 
 The WorkflowTemplate has two container templates that differ only in resources:
 
@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from qosflow.cluster import (
+from qosflow.core.cluster import (
     ANNOTATION_DEADLINE,
     ANNOTATION_PLAN,
     LABEL_JOB,
@@ -34,7 +34,7 @@ from qosflow.cluster import (
     LABEL_SEGMENT,
     SubmitRequest,
 )
-from qosflow.errors import SpecError
+from qosflow.core.errors import SpecError
 
 TEMPLATE_NAME = "qosflow-train"
 NAMESPACE = "qosflow"
@@ -227,8 +227,8 @@ def workflow(
 
 
 def priority_classes() -> list[dict[str, Any]]:
-    """The PriorityClass ladder of ``qosflow.priority.LADDER``; only preempting classes preempt."""
-    from qosflow.priority import LADDER
+    """The PriorityClass ladder of ``qosflow.core.priority.LADDER``; only preempting classes preempt."""
+    from qosflow.core.priority import LADDER
 
     return [
         {

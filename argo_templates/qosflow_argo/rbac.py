@@ -5,7 +5,7 @@ Two identities, each with only what it uses:
 * ``qosflow`` — the controller side (Airflow workers, the CLI). In its namespace: create/get/list/
   watch/patch Argo ``workflows`` (patch is the priority bump), get/create/update the
   ``workflowtemplates`` (``ensure_installed``), get/list ``pods``, get ``pods/log`` (the
-  trainer's CPU usage lines, :mod:`qosflow.usage`) and patch ``pods/resize`` (in-place
+  trainer's CPU usage lines, :mod:`qosflow.core.usage`) and patch ``pods/resize`` (in-place
   resize; ``patch pods`` does not grant it). Cluster-wide, read-only: ``nodes`` and ``pods`` (free
   capacity = node allocatable minus pod requests), and get/create/update ``priorityclasses`` (the
   ladder; values are immutable, so there is no delete).
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qosflow.cluster import LABEL_MANAGED
+from qosflow.core.cluster import LABEL_MANAGED
 from qosflow_argo.manifests import CLIENT_ACCOUNT, EXECUTOR_ACCOUNT, NAMESPACE
 
 _RBAC = "rbac.authorization.k8s.io/v1"

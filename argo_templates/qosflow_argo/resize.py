@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from qosflow.spec import parse_quantity
+from qosflow.core.spec import parse_quantity
 from qosflow_argo.workflow_status import arguments, main_container
 
 _QTY = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<suffix>[A-Za-z]*)$")

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from qosflow.errors import ClusterError
+from qosflow.core.errors import ClusterError
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

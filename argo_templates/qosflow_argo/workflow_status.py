@@ -1,4 +1,4 @@
-"""Reading a Workflow (and its pod) into a :class:`~qosflow.cluster.JobStatus` — pure functions.
+"""Reading a Workflow (and its pod) into a :class:`~qosflow.core.cluster.JobStatus` — pure functions.
 
 * Phase: ``""``/absent and ``Pending`` → PENDING; ``Error`` folds into FAILED; a Failed/Error
   workflow whose ``spec.shutdown`` is ``Stop`` was stopped for a checkpoint-restart → STOPPED. A
@@ -21,8 +21,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from qosflow.cluster import LABEL_JOB, LABEL_SEGMENT, JobStatus, Phase, ResizeState
-from qosflow.spec import parse_quantity
+from qosflow.core.cluster import LABEL_JOB, LABEL_SEGMENT, JobStatus, Phase, ResizeState
+from qosflow.core.spec import parse_quantity
 from qosflow_argo.manifests import ANNOTATION_UNITS, GPU_RESOURCE
 
 _PROGRESS = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")

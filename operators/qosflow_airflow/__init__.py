@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from qosflow import __version__ as __version__  # one version: src/qosflow/__init__.py
 
 
 def _conn_fields() -> dict[str, Any]:

@@ -5,7 +5,7 @@ segment qosflow submits carries its plan as JSON in the ``qosflow.dev/plan`` ann
 plan step adds an ``admission`` block to it: the verdict kind, the deadline, the margin, the
 planned levels with their conservative step times and the total steps. :func:`admitted_jobs`
 reads those blocks back from the cluster's active qosflow workflows, takes the progress from their
-status, and returns one :class:`~qosflow.admission.Candidate` per ``guaranteed`` job (best-effort
+status, and returns one :class:`~qosflow.core.admission.Candidate` per ``guaranteed`` job (best-effort
 jobs reserve nothing).
 
 Between a plan step and its submit step a promised job has no workflow yet; the plan step
@@ -27,11 +27,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from qosflow.cluster import ANNOTATION_PLAN, LABEL_MANAGED, ClusterView, JobStatus, Phase
-from qosflow.errors import QosflowError
+from qosflow.core.cluster import ANNOTATION_PLAN, LABEL_MANAGED, ClusterView, JobStatus, Phase
+from qosflow.core.errors import QosflowError
 
 if TYPE_CHECKING:
-    from qosflow.admission import Candidate
+    from qosflow.core.admission import Candidate
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def _block(text: str | None) -> Mapping[str, Any] | None:
 
 
 def _candidate(job: str, block: Mapping[str, Any], segments: Sequence[JobStatus]) -> Candidate:
-    from qosflow.admission import Candidate
+    from qosflow.core.admission import Candidate
 
     done = max(((s.steps_done or 0) for s in segments), default=0)
     running = [s.units for s in segments if s.phase is Phase.RUNNING]
@@ -131,7 +131,7 @@ def admitted_jobs(
     """The active qosflow jobs of ``unit`` kind (``exclude``: this job's own id).
 
     ``pending``: the promise ledger's guarantees (job id → admission block,
-    :meth:`qosflow.history.PromiseLedger.pending`); a promised job whose workflow is not on the
+    :meth:`qosflow.store.history.PromiseLedger.pending`); a promised job whose workflow is not on the
     cluster yet (its plan step ran, its submit step has not) reserves its whole job from now.
     A job whose plan annotation is missing or unreadable reserves nothing and its units count as
     used, with a warning.

@@ -28,12 +28,29 @@ import sys
 import tempfile
 import threading
 import time
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(".qosflow").resolve()
-DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+def _dag_folder() -> Path:
+    """The example DAGs: ``qosflow_airflow/example_dags`` of an installed wheel, else ``dags/``.
+
+    The wheel ships the checkout's ``dags/*.py`` as ``qosflow_airflow.example_dags`` (hatch
+    force-include); in a source checkout that folder does not exist and the repo's ``dags/`` is used.
+    """
+    packaged = Path(str(files("qosflow_airflow") / "example_dags"))
+    if (packaged / "qosflow_nightly_retrain.py").is_file():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "dags"
+
+
+DAGS = _dag_folder()
 DEADLINE_S = 180.0
+LONGEST_S = 300.0
+"""The longest deadline the demo stretches to when two CPUs are only a little faster than one."""
 MARGIN_S = 10.0
 """The DAG's ``margin_seconds``."""
 SWITCH_S = 30.0
@@ -57,11 +74,12 @@ def _prepare_airflow(home: Path, *, verbose: bool) -> None:
     )
 
 
-def trainer_rate(width: int, seconds: float = 8.0, cpus: int = 1) -> float:
+def trainer_rate(width: int, seconds: float = 8.0, cpus: int = 1, skip: float = 1 / 3) -> float:
     """Steps per second of the reference trainer on ``cpus`` CPUs of this machine, right now.
 
     A bare process pinned to the first ``cpus`` CPUs (``bench/trainer_bench.py``'s way); the demo
-    itself measures through the local cluster instead (:func:`pod_rate`).
+    itself measures through the local cluster instead (:func:`pod_rate`). The rate is taken over
+    the observations after the first ``skip`` share.
     """
     cores = sorted(os.sched_getaffinity(0))[:cpus]
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,24 +106,27 @@ def trainer_rate(width: int, seconds: float = 8.0, cpus: int = 1) -> float:
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    return _steady_rate(steps)
+    return _steady_rate(steps, skip)
 
 
-def _steady_rate(steps: list[tuple[float, int]]) -> float:
-    """Steps per second over the last two thirds of ``(time, steps)`` observations."""
-    warm = steps[len(steps) // 3 :]
+def _steady_rate(steps: list[tuple[float, int]], skip: float = 1 / 3) -> float:
+    """Steps per second over ``(time, steps)`` observations, the first ``skip`` share left out."""
+    warm = steps[int(len(steps) * skip) :]
     if len(warm) < 2 or warm[-1][1] <= warm[0][1]:
         return 0.0
     return (warm[-1][1] - warm[0][1]) / (warm[-1][0] - warm[0][0])
 
 
-def pod_rate(cluster: Any, width: int, units: int, root: Path, seconds: float = 9.0) -> float:
+def pod_rate(
+    cluster: Any, width: int, units: int, root: Path, seconds: float = 9.0, skip: float = 1 / 3
+) -> float:
     """Steps per second of the trainer as a pod of ``units`` CPUs on the local cluster.
 
     The run itself goes the same way (a pod of the local cluster, progress through the Argo
-    API), so the job is sized from what a pod really gets on this host right now.
+    API), so the job is sized from what a pod really gets on this host right now. The rate is
+    taken over the last part of ``seconds`` (the first ``skip`` share left out).
     """
-    from qosflow.cluster import Phase, SubmitRequest
+    from qosflow.core.cluster import Phase, SubmitRequest
 
     name = f"calibrate-{units}cpu-{int(time.time())}"
     request = SubmitRequest(
@@ -142,24 +163,31 @@ def pod_rate(cluster: Any, width: int, units: int, root: Path, seconds: float = 
                 break
     finally:
         cluster.stop(status.name, message="qosflow demo: calibration done")
-    return _steady_rate(steps)
+    return _steady_rate(steps, skip)
 
 
-def size_job(rate1: float, rate2: float, deadline_s: float, margin_s: float) -> int | None:
-    """Steps such that one CPU must miss the deadline and the switch to two makes it.
+def size_job(
+    rate1: float, rate2: float, deadline_s: float, margin_s: float
+) -> tuple[int, float] | None:
+    """Steps and deadline such that one CPU must miss it and the switch to two makes it.
 
     One CPU needs between 8 % more than the time left and what the measured two-CPU speed can
     still catch up with after the first watch round (about :data:`SWITCH_S` at one CPU), with 10 %
-    of the deadline kept spare; the middle of that band, at most 25 % over. ``None`` when the band
-    is empty: two CPUs are not fast enough here right now for the story to be honest.
+    of the deadline kept spare; the middle of that band, at most 25 % over. The deadline is
+    ``deadline_s``, stretched up to :data:`LONGEST_S` when two CPUs are only a little faster (the
+    band is narrower the smaller the speed-up). ``None`` when even then the band is empty: two
+    CPUs are not fast enough here right now for the story to be honest.
     """
     speedup = rate2 / rate1 if rate1 > 0 else 0.0
-    budget = deadline_s * 0.9 - margin_s - SWITCH_S
-    overrun_max = (speedup * budget + SWITCH_S) / deadline_s
-    if overrun_max < 1.08:
-        return None
-    overrun = min((1.08 + overrun_max) / 2, 1.25)
-    return max(60, int(rate1 * deadline_s * overrun))
+    deadline = deadline_s
+    while deadline <= max(LONGEST_S, deadline_s):
+        budget = deadline * 0.9 - margin_s - SWITCH_S
+        overrun_max = (speedup * budget + SWITCH_S) / deadline
+        if overrun_max >= 1.08:
+            overrun = min((1.08 + overrun_max) / 2, 1.25)
+            return max(60, int(rate1 * deadline * overrun)), deadline
+        deadline += 30.0
+    return None
 
 
 def _connection(local: Any, root: Path) -> str:
@@ -241,24 +269,28 @@ def main(argv: list[str] | None = None) -> int:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DEMO_NICE)
         print("measuring the trainer as a pod of the local cluster at 1 and at 2 CPUs ...")
         rate1 = pod_rate(cluster, args.width, 1, ROOT)
-        rate2 = pod_rate(cluster, args.width, 2, ROOT)
+        # Sustained, not burst: with both cores busy this kind of host runs the first ~12 s
+        # about 30 % faster than afterwards (CPU time per step rises; the pod is not waiting
+        # for a CPU), so two CPUs are measured over 30 s and timed on the last 15.
+        rate2 = pod_rate(cluster, args.width, 2, ROOT, seconds=30.0, skip=0.5)
         speedup = rate2 / rate1 if rate1 > 0 else 0.0
-        steps = size_job(rate1, rate2, args.deadline_s, MARGIN_S)
+        sized = size_job(rate1, rate2, args.deadline_s, MARGIN_S)
         print(
             f"trainer: {rate1:.2f} steps/s on 1 CPU, {rate2:.2f} on 2 ({speedup:.2f}x) as a pod "
             "of the local cluster"
         )
-        if steps is None:
+        if sized is None:
             print(
                 f"this machine cannot give the demo a second CPU right now: 2 CPUs ran the "
                 f"trainer only {speedup:.2f}x faster than 1, too little to turn a deadline one CPU "
-                f"must miss into a met one within {args.deadline_s:.0f} s. Close other busy "
-                "programs (see `uptime`) and run `make demo` again."
+                f"must miss into a met one within {max(LONGEST_S, args.deadline_s):.0f} s. Close "
+                "other busy programs (see `uptime`) and run `make demo` again."
             )
             return 3
+        steps, deadline_s = sized
         print(
             f"sizing: {steps} steps (~{steps / rate1:.0f} s on 1 CPU, ~{steps / rate2:.0f} s on 2; "
-            f"deadline in {args.deadline_s:.0f} s)"
+            f"deadline in {deadline_s:.0f} s)"
         )
         os.environ["AIRFLOW_CONN_QOSFLOW_DEFAULT"] = _connection(local, ROOT)
         from airflow.dag_processing.dagbag import DagBag
@@ -269,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         dag = bag.dags["qosflow_nightly_retrain"]
         conf = {
-            "deadline": f"PT{int(args.deadline_s)}S",
+            "deadline": f"PT{int(deadline_s)}S",
             "initial_units": 1,
             "total_steps": steps,
             "width": args.width,

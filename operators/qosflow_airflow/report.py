@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from qosflow.speed import ProgressSample
+    from qosflow.core.speed import ProgressSample
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +123,47 @@ class Report:
             return (t - self.start) / 60.0
 
         fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
+        self._progress_lines(ax, rel)
+        if not math.isinf(self.deadline):
+            ax.axvline(rel(self.deadline), color="tab:red", linewidth=2, label="deadline")
+        for i, mark in enumerate(self.marks):
+            ax.axvline(
+                rel(mark.time),
+                color="tab:orange",
+                linestyle=":",
+                alpha=0.8,
+                label="decision / action" if i == 0 else None,
+            )
+            ax.annotate(
+                f"{mark.kind}→{mark.units}",
+                (rel(mark.time), self.total_steps),
+                rotation=90,
+                fontsize=7,
+                va="top",
+                ha="right",
+            )
+        if self.finished_at is not None:
+            ax.axvline(rel(self.finished_at), color="tab:green", linewidth=1.5, label="finished")
+        ax.set_xlabel("minutes since planning")
+        ax.set_ylabel("training steps done")
+        ax.set_ylim(0, self.total_steps * 1.05)
+        when = datetime.fromtimestamp(self.start, UTC).strftime("%Y-%m-%d %H:%M UTC")
+        ax.set_title(f"{self.job} ({when}) — {self.verdict().split(': ', 1)[-1]}")
+        handles, labels = self._size_axis(ax, rel)
+        ax.legend(
+            handles,
+            labels,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.13),
+            ncol=3,
+            fontsize=8,
+            frameon=False,
+        )
+        fig.tight_layout()
+        return fig
+
+    def _progress_lines(self, ax: Any, rel: Callable[[float], float]) -> None:
+        """The planned schedule (or the linear reference) and the actual progress."""
         planned = _usable(self.schedule)
         if planned:
             ax.plot(
@@ -149,31 +190,9 @@ class Report:
                 linewidth=2,
                 label="actual progress",
             )
-        if not math.isinf(self.deadline):
-            ax.axvline(rel(self.deadline), color="tab:red", linewidth=2, label="deadline")
-        for i, mark in enumerate(self.marks):
-            ax.axvline(
-                rel(mark.time),
-                color="tab:orange",
-                linestyle=":",
-                alpha=0.8,
-                label="decision / action" if i == 0 else None,
-            )
-            ax.annotate(
-                f"{mark.kind}→{mark.units}",
-                (rel(mark.time), self.total_steps),
-                rotation=90,
-                fontsize=7,
-                va="top",
-                ha="right",
-            )
-        if self.finished_at is not None:
-            ax.axvline(rel(self.finished_at), color="tab:green", linewidth=1.5, label="finished")
-        ax.set_xlabel("minutes since planning")
-        ax.set_ylabel("training steps done")
-        ax.set_ylim(0, self.total_steps * 1.05)
-        when = datetime.fromtimestamp(self.start, UTC).strftime("%Y-%m-%d %H:%M UTC")
-        ax.set_title(f"{self.job} ({when}) — {self.verdict().split(': ', 1)[-1]}")
+
+    def _size_axis(self, ax: Any, rel: Callable[[float], float]) -> tuple[list[Any], list[str]]:
+        """The size over time on a second axis; the legend entries of both axes."""
         sizes = _size_steps(self.samples)
         handles, labels = ax.get_legend_handles_labels()
         if sizes:
@@ -190,17 +209,7 @@ class Report:
             ax2.set_ylim(0, max(u for _, u in sizes) + 1)
             h2, l2 = ax2.get_legend_handles_labels()
             handles, labels = handles + h2, labels + l2
-        ax.legend(
-            handles,
-            labels,
-            loc="upper center",
-            bbox_to_anchor=(0.5, -0.13),
-            ncol=3,
-            fontsize=8,
-            frameon=False,
-        )
-        fig.tight_layout()
-        return fig
+        return handles, labels
 
 
 def _usable(schedule: Sequence[tuple[float, int]]) -> list[tuple[float, int]]:

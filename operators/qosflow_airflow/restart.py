@@ -19,13 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from qosflow.cluster import Actuator, ClusterView, JobStatus, Phase, SubmitRequest
-from qosflow.errors import ClusterError
+from qosflow.core.cluster import Actuator, ClusterView, JobStatus, Phase, SubmitRequest
+from qosflow.core.errors import ClusterError
 from qosflow_airflow.state import TrainingState
 
 
 class Cluster(ClusterView, Actuator, Protocol):
-    """A cluster that can be both observed and acted on (``ArgoCluster``, ``SimCluster``)."""
+    """A cluster that can be both observed and acted on (``ArgoCluster``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ Airflow tasks share nothing but XCom, so every step that changes the running job
 priority bump) pushes a complete :class:`TrainingState` under the XCom key ``state``; the next step
 takes the newest one (:func:`latest_state`). A job spec travels as the mapping :func:`job_to_dict`
 builds, with its deadline and submission time resolved, and is re-validated by
-:func:`qosflow.spec.load_job` on the way back in, so an XCom edited by hand cannot smuggle in an
+:func:`qosflow.core.spec.load_job` on the way back in, so an XCom edited by hand cannot smuggle in an
 invalid spec.
 """
 
@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # the core's speed model pulls in scipy: not at DAG-parse time
-    from qosflow.spec import JobSpec
-    from qosflow.speed import ProgressSample
+    from qosflow.core.spec import JobSpec
+    from qosflow.core.speed import ProgressSample
 
 STATE_KEY = "state"
 
@@ -62,7 +62,7 @@ def job_to_dict(spec: JobSpec) -> dict[str, Any]:
 
 def job_from_dict(data: Mapping[str, Any]) -> JobSpec:
     """Rebuild a spec from :func:`job_to_dict` output (validated again by ``load_job``)."""
-    from qosflow.spec import load_job
+    from qosflow.core.spec import load_job
 
     fields = {k: v for k, v in data.items() if v is not None}
     submitted = float(fields.pop("submitted_at"))
@@ -87,7 +87,7 @@ def samples_to_rows(samples: Iterable[ProgressSample]) -> list[list[float | None
 
 def samples_from_rows(rows: Iterable[Sequence[float | None]]) -> list[ProgressSample]:
     """Inverse of :func:`samples_to_rows` (rows of three, without a share, are read too)."""
-    from qosflow.speed import ProgressSample
+    from qosflow.core.speed import ProgressSample
 
     out = []
     for row in rows:

@@ -31,6 +31,80 @@ from qosflow_airflow.operators.rescale import PriorityBumpOperator, RescaleOpera
 from qosflow_airflow.sensors.progress import DeadlineProgressSensor
 
 
+class _Rounds:
+    """The unrolled control loop: each round a watch, a branch and its actions."""
+
+    def __init__(
+        self,
+        prefix: str,
+        conn_id: str,
+        poll_interval: float,
+        hold_seconds: float | None,
+        deferrable: bool,
+        previous: list[Any],
+    ) -> None:
+        self.prefix, self.conn_id = prefix, conn_id
+        self.poll_interval, self.hold_seconds, self.deferrable = (
+            poll_interval,
+            hold_seconds,
+            deferrable,
+        )
+        self.state_ids = [f"{prefix}submit"]
+        self.watch_ids: list[str] = []
+        self.act_ids: list[str] = []
+        self.previous = previous
+        self.dones: list[Any] = []
+
+    def add(self, k: int) -> None:
+        """Round ``k``: watch → decide → rescale | bump | continue | done."""
+        r = f"{self.prefix}round_{k}."
+        with TaskGroup(group_id=f"round_{k}"):
+            watch = DeadlineProgressSensor(
+                task_id="watch",
+                state_task_ids=list(self.state_ids),
+                watch_task_ids=list(self.watch_ids),
+                conn_id=self.conn_id,
+                poll_interval=self.poll_interval,
+                hold_seconds=self.hold_seconds,
+                deferrable=self.deferrable,
+                trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
+            )
+            acts = {
+                "rescale": RescaleOperator(
+                    task_id="rescale",
+                    watch_task_id=f"{r}watch",
+                    state_task_ids=list(self.state_ids),
+                    conn_id=self.conn_id,
+                ),
+                "bump": PriorityBumpOperator(
+                    task_id="bump",
+                    watch_task_id=f"{r}watch",
+                    state_task_ids=list(self.state_ids),
+                    conn_id=self.conn_id,
+                ),
+                "continue": EmptyOperator(task_id="continue"),
+                "done": EmptyOperator(task_id="done"),
+            }
+            branch = DeadlineBranchOperator(
+                task_id="decide",
+                watch_task_id=f"{r}watch",
+                branches={
+                    "done": f"{r}done",
+                    "on_track": f"{r}continue",
+                    "scale_up": f"{r}rescale",
+                    "scale_down": f"{r}rescale",
+                    "bump": f"{r}bump",
+                    "at_risk": f"{r}bump",
+                },
+            )
+            self.previous >> watch >> branch >> list(acts.values())
+        self.watch_ids.append(f"{r}watch")
+        self.act_ids += [f"{r}rescale", f"{r}bump"]
+        self.state_ids = [f"{r}rescale", f"{r}bump", *self.state_ids]
+        self.previous = [acts["rescale"], acts["bump"], acts["continue"]]
+        self.dones.append(acts["done"])
+
+
 def deadline_training(
     job: Mapping[str, Any] | str,
     *,
@@ -77,58 +151,10 @@ def deadline_training(
             task_id="submit", plan_task_id=f"{prefix}plan", conn_id=conn_id
         )
         plan >> submit
-        state_ids = [f"{prefix}submit"]
-        watch_ids: list[str] = []
-        act_ids: list[str] = []
-        previous: list[Any] = [submit]
-        dones: list[Any] = []
+        loop = _Rounds(prefix, conn_id, poll_interval, hold_seconds, deferrable, [submit])
         for k in range(1, rounds + 1):
-            r = f"{prefix}round_{k}."
-            with TaskGroup(group_id=f"round_{k}"):
-                watch = DeadlineProgressSensor(
-                    task_id="watch",
-                    state_task_ids=list(state_ids),
-                    watch_task_ids=list(watch_ids),
-                    conn_id=conn_id,
-                    poll_interval=poll_interval,
-                    hold_seconds=hold_seconds,
-                    deferrable=deferrable,
-                    trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS,
-                )
-                acts = {
-                    "rescale": RescaleOperator(
-                        task_id="rescale",
-                        watch_task_id=f"{r}watch",
-                        state_task_ids=list(state_ids),
-                        conn_id=conn_id,
-                    ),
-                    "bump": PriorityBumpOperator(
-                        task_id="bump",
-                        watch_task_id=f"{r}watch",
-                        state_task_ids=list(state_ids),
-                        conn_id=conn_id,
-                    ),
-                    "continue": EmptyOperator(task_id="continue"),
-                    "done": EmptyOperator(task_id="done"),
-                }
-                branch = DeadlineBranchOperator(
-                    task_id="decide",
-                    watch_task_id=f"{r}watch",
-                    branches={
-                        "done": f"{r}done",
-                        "on_track": f"{r}continue",
-                        "scale_up": f"{r}rescale",
-                        "scale_down": f"{r}rescale",
-                        "bump": f"{r}bump",
-                        "at_risk": f"{r}bump",
-                    },
-                )
-                previous >> watch >> branch >> list(acts.values())
-            watch_ids.append(f"{r}watch")
-            act_ids += [f"{r}rescale", f"{r}bump"]
-            state_ids = [f"{r}rescale", f"{r}bump", *state_ids]
-            previous = [acts["rescale"], acts["bump"], acts["continue"]]
-            dones.append(acts["done"])
+            loop.add(k)
+        state_ids, watch_ids, act_ids = loop.state_ids, loop.watch_ids, loop.act_ids
         finish = FinishTrainingOperator(
             task_id="finish",
             plan_task_id=f"{prefix}plan",
@@ -141,5 +167,5 @@ def deadline_training(
             deferrable=deferrable,
             trigger_rule=TriggerRule.ALL_DONE,
         )
-        [*previous, *dones] >> finish
+        [*loop.previous, *loop.dones] >> finish
     return group

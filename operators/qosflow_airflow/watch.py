@@ -2,7 +2,7 @@
 
 ``Watcher`` is what the deferrable trigger (and the sensor in poke mode) runs on every poll. It
 keeps the progress samples, fits the speed model, predicts and decides through the core
-(:func:`qosflow.planning.belief_for`, :func:`qosflow.decide.decide`) and reports **one** event:
+(:func:`qosflow.core.planning.belief_for`, :func:`qosflow.core.decide.decide`) and reports **one** event:
 
 * ``done`` when the workflow succeeded;
 * ``failed`` when it failed or was stopped by someone else (with the pod's message);
@@ -16,18 +16,22 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import Any, Literal, cast
 
-from qosflow.cluster import Actuator, JobStatus, Phase
-from qosflow.decide import Action, Decision, JobSnapshot, decide, margin_for
-from qosflow.planning import belief_for
-from qosflow.predict import Calibration
-from qosflow.spec import JobSpec, Unit
-from qosflow.speed import Measured, ProgressSample, SpeedModel
-from qosflow.usage import UsageReport, merge, share_between
+from qosflow.core.cluster import Actuator, JobStatus, Phase
+from qosflow.core.decide import Action, Decision, JobSnapshot, decide, margin_for
+from qosflow.core.fit import Measured
+from qosflow.core.planning import belief_for
+from qosflow.core.predict import Calibration
+from qosflow.core.spec import JobSpec, Unit
+from qosflow.core.speed import ProgressSample, SpeedModel
+from qosflow.core.usage import UsageReport, merge, share_between
 from qosflow_airflow.state import json_safe, samples_to_rows
 
 DONE, FAILED, DECISION = "done", "failed", "decision"
+WatchPurpose = Literal["steer", "await_end"]
+"""What a watch is for: steer the job for one round (:class:`Watcher`), or wait for its end
+(:class:`EndWatch`, the finish step)."""
 #: What a rescale costs (seconds of the job's time): an in-place CPU resize only makes the trainer
 #: re-read its CPU set; a checkpoint-restart stops, resubmits, reloads and warms up.
 IN_PLACE_OVERHEAD_S = 5.0
@@ -83,41 +87,23 @@ class WatchEvent:
 
 
 @dataclass(slots=True)
-class Watcher:
-    """Mutable per-watch memory: samples seen and the decision being held.
+class EndWatch:
+    """Waits for the end of a workflow (the finish step): records samples, decides nothing.
 
     Attributes:
         spec: The job.
         workflow: The workflow to watch.
-        last_rescale_at: When the size last changed (for the core's dwell rule).
         history: Samples from earlier rounds (used for the fit, not reported again).
-        prior: Speed model from the history store, if any.
-        known: What the history the prior was fitted on measured, by size: those sizes count as
-            observed for the probe rule and their medians anchor the belief.
-        calibration: Conformal calibration from the history store.
-        hold_s: How long an actionable decision must hold before it is reported.
-        end_only: Report only the end of the workflow (the finish step's wait).
-        min_samples: Samples at the current size needed before any actionable decision.
-        rescale_overhead_s: What a rescale costs here (see :func:`rescale_overhead`).
-        usage: The pod's usage reports seen so far (:mod:`qosflow.usage`): each sample gets
+        samples: Progress samples observed during this watch.
+        usage: The pod's usage reports seen so far (:mod:`qosflow.core.usage`): each sample gets
             the CPU share the job got over the interval before it, so the fit can leave out
             windows in which something else held the job's CPUs.
     """
 
     spec: JobSpec
     workflow: str
-    last_rescale_at: float | None = None
     history: Sequence[ProgressSample] = ()
-    prior: SpeedModel | None = None
-    known: tuple[Measured, ...] = ()
-    calibration: Calibration = field(default_factory=Calibration)
-    hold_s: float = 0.0
-    end_only: bool = False
-    min_samples: int = 2
-    rescale_overhead_s: float = RESTART_OVERHEAD_S
     samples: list[ProgressSample] = field(default_factory=list)
-    held: Decision | None = None
-    held_since: float = 0.0
     usage: list[UsageReport] = field(default_factory=list)
 
     def observe(
@@ -136,10 +122,89 @@ class Watcher:
         if usage:
             self.usage = merge(self.usage, usage)
         self._record(status, now)
-        if status.phase.finished:
-            return self._ended(status, now)
-        if self.end_only or not self._enough(status.units):
-            return None
+        return self._ended(status, now) if status.phase.finished else None
+
+    def observed(self) -> tuple[ProgressSample, ...]:
+        """This watch's samples, each with the CPU share of the interval before it (if known)."""
+        out: list[ProgressSample] = []
+        for i, s in enumerate(self.samples):
+            share = s.share
+            if share is None and i and self.usage:
+                share = share_between(self.usage, self.samples[i - 1].time, s.time)
+            out.append(replace(s, share=share) if share != s.share else s)
+        return tuple(out)
+
+    def _record(self, status: JobStatus, now: float) -> None:
+        if status.steps_done is None or status.phase is Phase.PENDING:
+            return
+        last = self.samples[-1] if self.samples else None
+        if last is None or last.steps_done != status.steps_done or last.units != status.units:
+            self.samples.append(ProgressSample(now, status.steps_done, status.units))
+
+    def _ended(self, status: JobStatus, now: float) -> WatchEvent:
+        finished = status.finished_at if status.finished_at is not None else now
+        samples = self.observed()
+        if status.phase is Phase.SUCCEEDED:
+            margin = margin_for(self.spec, finished)
+            done = Decision(
+                action=Action.DONE,
+                units=status.units,
+                reason=f"workflow {status.name} succeeded after {self.spec.total_steps} steps",
+                median_finish=finished,
+                conservative_finish=finished,
+                deadline=self.spec.deadline,
+                margin=margin,
+            )
+            return WatchEvent(
+                DONE, self.workflow, now, done, done.reason, samples, finished, status.units
+            )
+        detail = status.message or f"workflow ended in phase {status.phase.value}"
+        message = f"training workflow {status.name} {status.phase.value.lower()}: {detail}"
+        return WatchEvent(FAILED, self.workflow, now, None, message, samples, finished)
+
+
+@dataclass(slots=True)
+class Watcher(EndWatch):
+    """Steers a workflow for one round: fits, decides, and reports a decision once it has held.
+
+    Attributes (beside :class:`EndWatch`'s):
+        last_rescale_at: When the size last changed (for the core's dwell rule).
+        prior: Speed model from the history store, if any.
+        known: What the history the prior was fitted on measured, by size: those sizes count as
+            observed for the probe rule and their medians anchor the belief.
+        calibration: Conformal calibration from the history store.
+        hold_s: How long an actionable decision must hold before it is reported.
+        min_samples: Samples at the current size needed before any actionable decision.
+        rescale_overhead_s: What a rescale costs here (see :func:`rescale_overhead`).
+        held: The actionable decision being held, since ``held_since``.
+    """
+
+    last_rescale_at: float | None = None
+    prior: SpeedModel | None = None
+    known: tuple[Measured, ...] = ()
+    calibration: Calibration = field(default_factory=Calibration)
+    hold_s: float = 0.0
+    min_samples: int = 2
+    rescale_overhead_s: float = RESTART_OVERHEAD_S
+    held: Decision | None = None
+    held_since: float = 0.0
+
+    def observe(
+        self,
+        status: JobStatus,
+        *,
+        now: float,
+        free_units: int,
+        usage: Sequence[UsageReport] = (),
+    ) -> WatchEvent | None:
+        """Take one observation of the workflow (and the pod's new usage reports, if any).
+
+        Returns:
+            The event when the watch is over, else ``None``.
+        """
+        ended = EndWatch.observe(self, status, now=now, free_units=free_units, usage=usage)
+        if ended is not None or status.phase.finished or not self._enough(status.units):
+            return ended
         decision = self.decide(status, now=now, free_units=free_units)
         if decision.action in (Action.ON_TRACK, Action.DONE) or not math.isfinite(
             decision.median_finish
@@ -162,16 +227,6 @@ class Watcher:
             units=status.units,
         )
 
-    def observed(self) -> tuple[ProgressSample, ...]:
-        """This watch's samples, each with the CPU share of the interval before it (if known)."""
-        out: list[ProgressSample] = []
-        for i, s in enumerate(self.samples):
-            share = s.share
-            if share is None and i and self.usage:
-                share = share_between(self.usage, self.samples[i - 1].time, s.time)
-            out.append(replace(s, share=share) if share != s.share else s)
-        return tuple(out)
-
     def decide(self, status: JobStatus, *, now: float, free_units: int) -> Decision:
         """The core's decision on everything observed so far."""
         belief = belief_for(
@@ -192,34 +247,6 @@ class Watcher:
         )
         return decide(snap, belief, free_units=free_units)
 
-    def _record(self, status: JobStatus, now: float) -> None:
-        if status.steps_done is None or status.phase is Phase.PENDING:
-            return
-        last = self.samples[-1] if self.samples else None
-        if last is None or last.steps_done != status.steps_done or last.units != status.units:
-            self.samples.append(ProgressSample(now, status.steps_done, status.units))
-
     def _enough(self, units: int) -> bool:
         seen = [s for s in (*self.history, *self.samples) if s.units == units]
         return len(seen) >= self.min_samples
-
-    def _ended(self, status: JobStatus, now: float) -> WatchEvent:
-        finished = status.finished_at if status.finished_at is not None else now
-        samples = self.observed()
-        if status.phase is Phase.SUCCEEDED:
-            margin = margin_for(self.spec, finished)
-            done = Decision(
-                action=Action.DONE,
-                units=status.units,
-                reason=f"workflow {status.name} succeeded after {self.spec.total_steps} steps",
-                median_finish=finished,
-                conservative_finish=finished,
-                deadline=self.spec.deadline,
-                margin=margin,
-            )
-            return WatchEvent(
-                DONE, self.workflow, now, done, done.reason, samples, finished, status.units
-            )
-        detail = status.message or f"workflow ended in phase {status.phase.value}"
-        message = f"training workflow {status.name} {status.phase.value.lower()}: {detail}"
-        return WatchEvent(FAILED, self.workflow, now, None, message, samples, finished)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import pytest
 
-from qosflow.cluster import (
+from qosflow.core.cluster import (
     ANNOTATION_PLAN,
     LABEL_JOB,
     LABEL_MANAGED,
@@ -18,7 +18,7 @@ from qosflow.cluster import (
     ResizeState,
     SubmitRequest,
 )
-from qosflow.errors import NotFoundError
+from qosflow.core.errors import NotFoundError
 
 
 @dataclass

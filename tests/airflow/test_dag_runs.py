@@ -130,15 +130,16 @@ def _workflows(cluster, name):
 def test_a_under_provisioned_job_scales_up_and_meets_its_deadline(
     airflow_db, rate, cluster, tmp_path
 ):
-    from qosflow_airflow.demo import trainer_rate
+    from qosflow_airflow.demo import size_job, trainer_rate
 
-    speedup = trainer_rate(WIDTH, seconds=10.0, cpus=2) / rate
-    if speedup < 1.5:  # the scenario needs a machine where a second CPU helps
-        pytest.skip(f"2 CPUs run the trainer only {speedup:.2f}x faster than 1 here right now")
+    # sustained, not burst: two busy cores of this kind of host slow down after ~12 s
+    rate2 = trainer_rate(WIDTH, seconds=30.0, cpus=2, skip=0.5)
+    sized = size_job(rate, rate2, 120.0, 5.0)  # the demo's sizing: one CPU must miss
+    if sized is None:  # the scenario needs a machine where a second CPU helps
+        pytest.skip(f"2 CPUs run the trainer only {rate2 / rate:.2f}x faster than 1 here right now")
+    steps, deadline_s = sized
     name = _name("under")
-    deadline_s = 120
-    steps = int(rate * deadline_s * 1.25)  # ~150 s on one CPU: one CPU would miss
-    run, tis = _run(_job(name, steps, f"PT{deadline_s}S"), tmp_path, initial_units=1)
+    run, tis = _run(_job(name, steps, f"PT{deadline_s:.0f}S"), tmp_path, initial_units=1)
     acts = _acts(tis)
     assert any(a["from"] == 1 and a["to"] == 2 for a in acts), acts
     report = _xcom(tis, "training.finish")
@@ -228,7 +229,7 @@ def test_f_a_triggerer_restart_mid_watch_resumes_the_same_workflow(
     state = next(
         c.kwargs["value"] for c in ti.xcom_push.call_args_list if c.kwargs["key"] == STATE_KEY
     )
-    first = DeadlineProgressTrigger(state=state, poll_interval=1.0, end_only=True)
+    first = DeadlineProgressTrigger(state=state, poll_interval=1.0, purpose="await_end")
 
     async def interrupted():
         agen = first.run()

@@ -9,9 +9,9 @@ from unittest import mock
 
 import pytest
 
-from qosflow.cluster import JobStatus, Phase
-from qosflow.errors import ClusterError, SpecError
-from qosflow.spec import load_job
+from qosflow.core.cluster import JobStatus, Phase
+from qosflow.core.errors import ClusterError, SpecError
+from qosflow.core.spec import load_job
 
 T0 = 1_800_000_000.0
 
@@ -209,6 +209,15 @@ def test_each_action_maps_to_its_configured_task():
         branch_for({"action": "bump"}, {"done": "g.done"})
 
 
+def test_branch_keys_are_exactly_the_core_actions():
+    from qosflow.core.decide import Action
+    from qosflow_airflow.operators.branch import ACTIONS, DeadlineBranchOperator
+
+    assert set(ACTIONS) == {a.value for a in Action}
+    with pytest.raises(ValueError, match="unknown actions"):
+        DeadlineBranchOperator(task_id="b", watch_task_id="w", branches={"panik": "x"})
+
+
 def test_the_branch_operator_rescales_down_when_at_risk_with_a_smaller_target():
     from qosflow_airflow.operators.branch import DeadlineBranchOperator
 
@@ -272,7 +281,7 @@ def test_plan_admits_against_the_jobs_already_guaranteed_on_the_cluster(fake_clu
 def test_two_plans_before_either_is_submitted_cannot_both_be_guaranteed(fake_cluster):
     """Two DAGs plan at the same instant: the first promise is in the ledger, not yet on the
     cluster, and still counts; a promise whose workflow never appears lapses after its TTL."""
-    from qosflow.history import PROMISE_TTL_S
+    from qosflow.store.ledger import PROMISE_TTL_S
 
     first = _plan("first", "PT10M", "r1")
     assert first["verdict"] == "guaranteed" and not fake_cluster.requests
@@ -393,7 +402,9 @@ def test_watch_ends_with_the_pod_message_when_the_workflow_fails():
     ev = w.observe(status(Phase.FAILED, steps=5, message="OOMKilled"), now=T0 + 5, free_units=1)
     assert ev.status == "failed"
     assert "OOMKilled" in ev.message
-    done = Watcher(spec=spec(), workflow="unit-job-s0", end_only=True)
+    from qosflow_airflow.watch import EndWatch
+
+    done = EndWatch(spec=spec(), workflow="unit-job-s0")
     ev = done.observe(
         status(Phase.SUCCEEDED, steps=400, finished_at=T0 + 9), now=T0 + 10, free_units=1
     )
@@ -585,7 +596,7 @@ def test_a_stop_that_ends_failed_without_progress_raises_and_resubmits_nothing(f
 
 
 def test_report_has_a_verdict_table_and_a_labelled_plot(tmp_path):
-    from qosflow.speed import ProgressSample
+    from qosflow.core.speed import ProgressSample
     from qosflow_airflow.report import Mark, Report
 
     samples = [
@@ -640,8 +651,8 @@ def test_report_has_a_verdict_table_and_a_labelled_plot(tmp_path):
 def test_the_watch_is_primed_with_the_sizes_its_key_history_measured(tmp_path):
     """new_watcher: the prior is the history's fit, and the sizes it was fitted on count as
     observed, so a run that has measured 1 CPU may plan 2 when earlier runs measured 2."""
-    from qosflow.history import HistoryStore
-    from qosflow.speed import ProgressSample
+    from qosflow.core.speed import ProgressSample
+    from qosflow.store.history import HistoryStore
     from qosflow_airflow.triggers.progress import new_watcher
 
     url = f"sqlite:///{tmp_path}/history.db"

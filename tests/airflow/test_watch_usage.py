@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from qosflow.cluster import JobStatus, Phase
-from qosflow.spec import load_job
-from qosflow.usage import UsageReport
+from qosflow.core.cluster import JobStatus, Phase
+from qosflow.core.spec import load_job
+from qosflow.core.usage import UsageReport
 from qosflow_airflow.state import samples_from_rows, samples_to_rows
 from qosflow_airflow.watch import Watcher
 

@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 import pytest
 import requests
 
-from qosflow.cluster import JobStatus, SubmitRequest
+from qosflow.core.cluster import JobStatus, SubmitRequest
 from qosflow_argo.argo_cluster import ArgoCluster
 from qosflow_argo.contract import SwaggerContract
 from qosflow_argo.retry import RetryPolicy

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from qosflow.cluster import JobStatus, Phase, ResizeState, SubmitRequest
+from qosflow.core.cluster import JobStatus, Phase, ResizeState, SubmitRequest
 from qosflow.local import LocalCluster
 from qosflow_argo.argo_cluster import ArgoCluster
 

@@ -9,7 +9,7 @@ import kubernetes_validate
 import pytest
 import requests
 
-from qosflow.errors import ClusterError, NotFoundError, SpecError
+from qosflow.core.errors import ClusterError, NotFoundError, SpecError
 from qosflow_argo.argo_cluster import ArgoCluster
 from qosflow_argo.argo_server import ArgoServer
 from qosflow_argo.kube import api_client_from_url

@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from qosflow.cluster import Actuator, ClusterView, Phase, ResizeState
-from qosflow.errors import ClusterError, NotFoundError, SpecError
+from qosflow.core.cluster import Actuator, ClusterView, Phase, ResizeState
+from qosflow.core.errors import ClusterError, NotFoundError, SpecError
 from qosflow_argo import manifests
 from qosflow_argo.argo_cluster import ArgoCluster
 

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from qosflow.cluster import Phase, ResizeState
-from qosflow.errors import ClusterError
+from qosflow.core.cluster import Phase, ResizeState
+from qosflow.core.errors import ClusterError
 from qosflow.local import FaultRule
 from qosflow_argo.argo_cluster import ArgoCluster
 from qosflow_argo.retry import RetryPolicy

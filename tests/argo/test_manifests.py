@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from qosflow.cluster import SubmitRequest
-from qosflow.errors import SpecError
-from qosflow.priority import LADDER
+from qosflow.core.cluster import SubmitRequest
+from qosflow.core.errors import SpecError
+from qosflow.core.priority import LADDER
 from qosflow_argo import manifests, render
 from qosflow_argo.contract import check_manifest
 from qosflow_argo.rbac import rbac

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from qosflow.errors import ClusterError
+from qosflow.core.errors import ClusterError
 from qosflow_argo.retry import Retrier, RetryPolicy, TransientError, parse_retry_after
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from qosflow.cluster import Phase, ResizeState
+from qosflow.core.cluster import Phase, ResizeState
 from qosflow_argo.capacity import free_capacity
 from qosflow_argo.workflow_status import job_status, parse_progress, phase_of, pod_for, resize_state
 

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from qosflow.spec import JobSpec, load_job
-from qosflow.speed import ProgressSample, SpeedCurve
+from qosflow.core.spec import JobSpec, load_job
+from qosflow.core.speed import ProgressSample, SpeedCurve
 
 NOW = datetime(2026, 11, 29, 18, 0, tzinfo=UTC)
 T0 = NOW.timestamp()

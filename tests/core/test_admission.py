@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog
 
-from qosflow.admission import (
+from qosflow.core.admission import (
     Candidate,
     FillPlan,
     Verdict,
@@ -21,13 +21,11 @@ from qosflow.admission import (
     least_energy,
     timeline,
 )
-from qosflow.errors import SpecError
+from qosflow.core.errors import SpecError
 
 NOW = 1_800_000_000.0
 SLOT = 60.0
-PROPS = settings(
-    max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
-)
+PROPS = settings(max_examples=150)
 
 
 def job(
@@ -462,9 +460,9 @@ def test_bad_admission_arguments_raise_spec_errors() -> None:
 def test_candidate_from_spec_and_belief() -> None:
     from datetime import UTC, datetime
 
-    from qosflow.predict import oracle_belief
-    from qosflow.spec import load_job
-    from qosflow.speed import TableCurve
+    from qosflow.core.predict import oracle_belief
+    from qosflow.core.spec import load_job
+    from qosflow.core.speed import TableCurve
 
     start = datetime.fromtimestamp(NOW, UTC)
     spec = load_job(

@@ -14,19 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qosflow.history import HistoryStore, fit_of
-from qosflow.planning import belief_for, plan_job
-from qosflow.predict import Calibration, belief_from_fit
-from qosflow.spec import load_job
-from qosflow.speed import (
-    CLEAN_SHARE,
-    SETTLED_WINDOWS,
-    STALE_S,
-    ProgressSample,
-    fit,
-    measured,
-    windows,
-)
+from qosflow.core.fit import fit, measured
+from qosflow.core.planning import belief_for, plan_job
+from qosflow.core.predict import Calibration, belief_from_fit
+from qosflow.core.prior import fit_of
+from qosflow.core.spec import load_job
+from qosflow.core.speed import ProgressSample
+from qosflow.core.windows import CLEAN_SHARE, SETTLED_WINDOWS, STALE_S, windows
+from qosflow.store.history import HistoryStore
 
 STEP_1CPU = 0.15  # s/step at 1 CPU; the job really runs 1.67x faster at 2 CPUs
 T0 = datetime(2026, 11, 30, 1, 0, tzinfo=UTC).timestamp()
@@ -146,21 +141,27 @@ def test_a_thin_measurement_keeps_the_knee_until_it_has_enough_clean_windows() -
     assert belief.knee == 1
 
 
-def test_thin_or_stale_history_is_probed_again_not_believed() -> None:
+def test_thin_history_never_lowers_the_knee_and_stale_history_gives_way() -> None:
     now = T0 + 86400
+    spec = job(600, now=now)
     first = run_at(1, 120, STEP_1CPU, start=T0)
     last = first[-1]
     # two clean windows at 2 CPUs that happened to show no speed-up: too thin to rule 2 CPUs out
     thin = run_at(2, 14, STEP_1CPU, start=last.time + 2, steps=last.steps_done)
     got = fit_of(first + thin, 2, now=now)
-    assert got is not None and got.observed_units == (1,) and got.discounted > 0
-    assert [m.units for m in measured(first + thin, settled_only=True)] == [1]
+    assert got is not None and got.observed_units == (1, 2)  # kept: it is evidence
+    at2 = next(m for m in got.measured if m.units == 2)
+    assert 0 < at2.windows < SETTLED_WINDOWS
+    belief = belief_for(spec, [], prior=got.model, known=got.measured)
+    assert belief.knee == 2  # but too little to say two CPUs never help: tonight probes it again
     # plenty of windows at 2 CPUs, but older than STALE_S before tonight's plan, next to fresh
-    # 1-CPU windows: stale evidence does not settle a size either
+    # 1-CPU windows: old evidence gives way to new
     old = run_at(2, 80, STEP_1CPU, start=T0 - STALE_S - 86400)
     fresh = fit_of(old + first, 2, now=now)
     assert fresh is not None and fresh.observed_units == (1,)
+    assert [m.units for m in measured(old + first, stale_before=now - STALE_S)] == [1]
     assert fit_of(old + first, 2).observed_units == (1, 2)  # without a plan time: all evidence
+    assert fit_of(old, 2, now=now).observed_units == (2,)  # nothing newer: the old evidence stays
 
 
 @pytest.mark.parametrize("share", [None, 0.97])

@@ -8,10 +8,10 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from qosflow.decide import (
+from qosflow.core.decide import (
     Action,
     Decision,
     JobSnapshot,
@@ -19,9 +19,10 @@ from qosflow.decide import (
     margin_for,
     minimal_share,
 )
-from qosflow.errors import SpecError
-from qosflow.predict import Belief, Calibration, belief_from_fit, oracle_belief, predict
-from qosflow.speed import SpeedModel, TableCurve, fit
+from qosflow.core.errors import SpecError
+from qosflow.core.fit import fit
+from qosflow.core.predict import Belief, Calibration, belief_from_fit, oracle_belief, predict
+from qosflow.core.speed import SpeedModel, TableCurve
 
 LEVELS = (1, 2, 4, 8, 16)
 # steps per second; 20 000 steps in 2 h after 600 s at 1 unit needs n* = 4
@@ -192,7 +193,7 @@ def situations(draw):
     )
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500)
 @given(situation=situations())
 def test_decision_invariants(spec_of, t0, situation) -> None:
     levels, belief, spec_kw, s, free = situation
@@ -243,7 +244,7 @@ def test_a_belief_over_more_sizes_than_the_spec_allows_is_restricted(spec_of, t0
     assert minimal_share(belief, snap(job, t0)) == 8
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(
     t1=st.floats(0.2, 3.0),
     t3=st.floats(0.0, 0.02),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from qosflow.planning import plan_job
-from qosflow.speed import SpeedModel, fit, measured
+from qosflow.core.fit import fit, measured
+from qosflow.core.planning import plan_job
+from qosflow.core.speed import SpeedModel
 
 TRUE = SpeedModel(0.05, 1.0, 0.05, 0.002, 0.1, node_size=8)
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from qosflow.predict import (
+from qosflow.core.fit import FitResult, fit
+from qosflow.core.predict import (
     DEFAULT_FACTOR,
     Belief,
     Calibration,
@@ -20,7 +21,7 @@ from qosflow.predict import (
     predict,
     schedule,
 )
-from qosflow.speed import FitResult, SpeedModel, TableCurve, fit
+from qosflow.core.speed import SpeedModel, TableCurve
 
 LEVELS = (1, 2, 4, 8, 16)
 TRUE = SpeedModel(0.05, 1.0, 0.05, 0.002, 0.1, node_size=8)
@@ -115,7 +116,7 @@ def _monotone_fit(model: SpeedModel, boot_scale: list[float]) -> FitResult:
     total=1,
     factor=1.0,
 )
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     model=monotone,
     scales=st.lists(st.floats(0.5, 2.0), min_size=2, max_size=20),
@@ -170,7 +171,7 @@ def test_schedule_ends_at_deadline_minus_margin_with_all_steps() -> None:
     assert dict(plan)[600.0] == 400
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(
     done=st.integers(0, 5000),
     total=st.integers(1, 5000),

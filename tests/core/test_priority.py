@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qosflow.errors import SpecError
-from qosflow.priority import (
+from qosflow.core.errors import SpecError
+from qosflow.core.priority import (
     LADDER,
     PriorityClassDef,
     argo_priority,
@@ -18,7 +18,7 @@ from qosflow.priority import (
     laxity,
 )
 
-PROPS = settings(max_examples=300, deadline=None, derandomize=True)
+PROPS = settings(max_examples=300)
 NOW = 1_800_000_000.0
 EDGES = (0.10, 0.25, 0.50)
 GUARANTEED = ("qosflow-urgent", "qosflow-high", "qosflow-normal", "qosflow-low")

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from qosflow.errors import SpecError
-from qosflow.spec import load_cluster, load_job, parse_iso_duration, parse_quantity
+from qosflow.core.errors import SpecError
+from qosflow.core.spec import load_cluster, load_job, parse_iso_duration, parse_quantity
 
 NOW = datetime(2026, 11, 29, 22, 0, tzinfo=UTC)
 GOOD: dict[str, Any] = {
@@ -60,6 +60,9 @@ MALFORMED: list[tuple[dict[str, Any], str, str]] = [
     (with_("total_steps", "many"), "total_steps", "integer"),
     (with_("total_steps", 1.5), "total_steps", "whole number"),
     (with_("total_steps", _DELETE), "total_steps", "is required"),
+    (with_("total_steps", True), "total_steps", "not a boolean"),
+    (with_("checkpoint_every_steps", True), "checkpoint_every_steps", "not a boolean"),
+    (with_("margin_seconds", False), "margin_seconds", "not a boolean"),
     (with_("deadline", "2026-11-30T06:00:00"), "deadline", "timezone-aware"),
     (with_("deadline", "tomorrow morning"), "deadline", "ISO-8601"),
     (with_("deadline", "P"), "deadline", "ISO-8601 duration"),
@@ -94,6 +97,9 @@ MALFORMED: list[tuple[dict[str, Any], str, str]] = [
     (with_("command", []), "command", "non-empty"),
     (with_("dedline", "PT4H"), "dedline", "not a known field"),
 ]
+MALFORMED.append(
+    ({**GOOD, "resources": {**GOOD["resources"], "max": True}}, "resources.max", "not a boolean")
+)
 MALFORMED.append(
     (
         {**GOOD, "resources": {**GOOD["resources"], "min": 4, "max": 2, "levels": None}},
@@ -148,17 +154,21 @@ def test_yaml_and_json_files_load_and_broken_files_are_named(tmp_path: Path) -> 
 
     import yaml
 
+    from qosflow.cli.files import read_spec
+
     (tmp_path / "job.yaml").write_text(yaml.safe_dump(GOOD))
     (tmp_path / "job.json").write_text(json.dumps(GOOD))
-    assert load_job(tmp_path / "job.yaml", now=NOW) == load_job(str(tmp_path / "job.json"), now=NOW)
+    assert load_job(read_spec(tmp_path / "job.yaml"), now=NOW) == load_job(
+        read_spec(str(tmp_path / "job.json")), now=NOW
+    )
     (tmp_path / "bad.yaml").write_text("name: [unclosed\n")
     with pytest.raises(SpecError, match=r"bad\.yaml: not valid YAML"):
-        load_job(tmp_path / "bad.yaml", now=NOW)
+        read_spec(tmp_path / "bad.yaml")
     with pytest.raises(SpecError, match="cannot read job spec file"):
-        load_job(tmp_path / "missing.yaml", now=NOW)
+        read_spec(tmp_path / "missing.yaml")
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
     with pytest.raises(SpecError, match="must be a mapping"):
-        load_job(tmp_path / "list.yaml", now=NOW)
+        load_job(read_spec(tmp_path / "list.yaml"), now=NOW)
 
 
 def test_cluster_spec_from_mapping_and_shorthand() -> None:

@@ -18,9 +18,8 @@ from jsonschema import Draft4Validator, Draft202012Validator
 from referencing import Registry, Resource
 
 from qosflow.local import LocalCluster, Script, ScriptedRunner, VirtualClock
-from qosflow.trace import shared_dir
 
-SCHEMAS = shared_dir() / "schemas" / "argo"
+SCHEMAS = Path(str(files("qosflow_argo") / "schemas"))  # the copies packaged with qosflow_argo
 NS = "qosflow"
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from qosflow.core.usage import usage_in_log
 from qosflow.local import LocalCluster
 from qosflow.local.cgroups import CpuWeights, shares_for, weight_for
-from qosflow.usage import usage_in_log
 from qosflow_argo import ArgoCluster
 
 from .conftest import NS, Api, container_wf

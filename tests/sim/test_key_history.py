@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from qosflow.sim.trace import ThroughputTable, TraceJob
 from qosflow.sim.truth import FittedSpeeds, LearnedBelief, Truth
-from qosflow.trace import ThroughputTable, TraceJob
 
 CURVE = {1: 1.0, 2: 1.9, 4: 3.6, 8: 6.5, 16: 11.0}
 TRUTH = Truth(ThroughputTable("A100", {("resnet", 64): CURVE, ("bert", 64): CURVE}))

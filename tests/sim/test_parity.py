@@ -23,16 +23,16 @@ from typing import Any
 
 import pytest
 
-from qosflow.cluster import JobStatus, Phase
-from qosflow.decide import Decision
-from qosflow.planning import belief_for
-from qosflow.predict import Calibration
+from qosflow.core.cluster import JobStatus, Phase
+from qosflow.core.decide import Decision
+from qosflow.core.planning import belief_for
+from qosflow.core.predict import Calibration
+from qosflow.core.spec import JobSpec
+from qosflow.core.speed import ProgressSample, SpeedModel, TableCurve
 from qosflow.sim import adapter
 from qosflow.sim.policy import JobView
+from qosflow.sim.trace import ThroughputTable, TraceJob
 from qosflow.sim.truth import FittedSpeeds, LearnedBelief, Truth
-from qosflow.spec import JobSpec
-from qosflow.speed import ProgressSample, SpeedModel, TableCurve
-from qosflow.trace import ThroughputTable, TraceJob
 from qosflow_airflow.state import job_from_dict
 from qosflow_airflow.watch import Watcher
 
@@ -183,8 +183,8 @@ def test_sizes_of_the_key_history_count_as_observed_on_both_sides() -> None:
     store: ``prior_of`` the history and ``measured`` of it. Both must plan up to 16 units (one
     level beyond 8), not 4, and both anchor 8 units at what the earlier run measured there.
     """
-    from qosflow.history import prior_of
-    from qosflow.speed import measured
+    from qosflow.core.fit import measured
+    from qosflow.core.prior import prior_of
 
     case = CASES[0]
     j = case["job"]

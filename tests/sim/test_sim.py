@@ -1,4 +1,4 @@
-"""Simulator tests: golden metrics, ElasticFlow semantics, loaders, engine order, SimCluster."""
+"""Simulator tests: golden metrics, ElasticFlow semantics, loaders, engine order, placement."""
 
 from __future__ import annotations
 
@@ -7,21 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from qosflow.cluster import Actuator, ClusterView, Phase, ResizeState, SubmitRequest
-from qosflow.errors import ClusterError, TraceError
-from qosflow.sim.cluster import SimCluster, buddy_place
+from qosflow.core.errors import ClusterError, TraceError
 from qosflow.sim.engine import SimConfig, SimResult, simulate
+from qosflow.sim.placement import buddy_place
 from qosflow.sim.policies.edf_elastic import EdfElastic
 from qosflow.sim.policies.elasticflow import ElasticFlow
 from qosflow.sim.policies.k8s_default import K8sDefault
-from qosflow.sim.truth import Noise
-from qosflow.trace import (
+from qosflow.sim.trace import (
     ClusterShape,
     elasticflow_dir,
     load_cluster_spec,
     load_throughputs,
     load_trace,
 )
+from qosflow.sim.truth import Noise
 
 HEADER = "job_id,submit_time,iteration,model_name,ddl,batch_size,num_gpu,duration\n"
 A100 = load_throughputs("A100")
@@ -195,39 +194,6 @@ def test_tables_caps_and_cluster_specs() -> None:
         and load_cluster_spec("n64g8").total == 512
     )
     assert ClusterShape.parse("16x8").total == 128
-
-
-# SimCluster ----------------------------------------------------------------------------------
-
-
-def _request(job: str, units: int, segment: int = 0, resume: bool = False) -> SubmitRequest:
-    return SubmitRequest(
-        job=job, segment=segment, units=units, unit="gpu", total_steps=1000, resume=resume,
-        priority_class="qosflow-normal", priority=0, image="img", command=("train",),
-        memory_per_unit="1Gi", deadline=5000.0, checkpoint_dir="/ckpt", checkpoint_every_steps=10,
-    )  # fmt: skip
-
-
-def test_simcluster_implements_the_cluster_protocols_on_virtual_time() -> None:
-    sim = SimCluster(8, unit="gpu", node_size=8, speed=lambda job, n: 2.0 * n, start=100.0)
-    assert isinstance(sim, ClusterView) and isinstance(sim, Actuator)
-    first = sim.submit(_request("a", 4))
-    assert sim.submit(_request("a", 4)) == first  # idempotent
-    sim.submit(_request("b", 8))
-    assert sim.status("a-s0").phase == Phase.RUNNING and sim.status("b-s0").phase == Phase.PENDING
-    assert sim.capacity("gpu").free == 4
-    sim.advance(150.0)
-    assert sim.status("a-s0").steps_done == 400 and sim.now() == 150.0
-    assert sim.resize("a-s0", 8).state == ResizeState.UNSUPPORTED
-    sim.stop("a-s0")
-    sim.advance(151.0)
-    assert sim.status("b-s0").phase == Phase.RUNNING
-    resumed = sim.submit(_request("a", 2, segment=1, resume=True))
-    assert resumed.steps_done == 400 and resumed.phase == Phase.PENDING
-    sim.advance(1000.0)
-    assert sim.status("b-s0").phase == Phase.SUCCEEDED
-    assert sim.status("b-s0").finished_at == pytest.approx(151.0 + 1000 / 16)
-    assert [s.name for s in sim.list_jobs("a")] == ["a-s0", "a-s1"]
 
 
 # ElasticFlow planner and overhead ------------------------------------------------------------

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qosflow.errors import SpecError
 from qosflow.trainer.checkpoint import MAGIC, CheckpointStore, decode, encode
+from qosflow.trainer.errors import TrainerError
 
 ARRAYS = {"w0": np.arange(12.0).reshape(3, 4), "b0": np.array([1.5, -2.0])}
 BLOB = encode(7, ARRAYS, {"seed": 3})
@@ -21,24 +21,24 @@ def test_roundtrip_keeps_arrays_step_and_meta(tmp_path: Path) -> None:
     np.testing.assert_array_equal(ckpt.arrays["w0"], ARRAYS["w0"])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(cut=st.integers(min_value=0, max_value=len(BLOB) - 1))
 def test_any_truncation_is_detected(cut: int) -> None:
-    with pytest.raises(SpecError, match="checkpoint x"):
+    with pytest.raises(TrainerError, match="checkpoint x"):
         decode(BLOB[:cut], Path("x"))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(pos=st.integers(min_value=len(MAGIC), max_value=len(BLOB) - 1), bit=st.integers(0, 7))
 def test_any_bit_flip_after_the_magic_is_detected(pos: int, bit: int) -> None:
     data = bytearray(BLOB)
     data[pos] ^= 1 << bit
-    with pytest.raises(SpecError):
+    with pytest.raises(TrainerError):
         decode(bytes(data), Path("x"))
 
 
 def test_bad_magic_is_rejected() -> None:
-    with pytest.raises(SpecError, match="bad magic"):
+    with pytest.raises(TrainerError, match="bad magic"):
         decode(b"PK\x03\x04" + BLOB[4:], Path("x"))
 
 
@@ -77,5 +77,5 @@ def test_save_is_atomic_keeps_newest_and_ignores_foreign_files(tmp_path: Path) -
 
 
 def test_keep_must_be_positive(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="keep_checkpoints"):
+    with pytest.raises(TrainerError, match="keep_checkpoints"):
         CheckpointStore(tmp_path, keep=0)

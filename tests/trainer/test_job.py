@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from qosflow.errors import SpecError
 from qosflow.trainer.__main__ import main
 from qosflow.trainer.config import TrainerConfig, parse_config
+from qosflow.trainer.errors import TrainerError
 from qosflow.trainer.job import TrainingJob
 from qosflow.trainer.model import ModelShape, Task, init_params, loss, sgd_step
 
@@ -57,7 +57,7 @@ def test_env_defaults_and_flags_override(tmp_path: Path) -> None:
     ],
 )
 def test_bad_values_name_option_and_variable(env: dict[str, str], names: str) -> None:
-    with pytest.raises(SpecError) as exc:
+    with pytest.raises(TrainerError) as exc:
         parse_config([], env)
     assert exc.value.field == names
 
@@ -123,9 +123,9 @@ def test_resume_false_discards_old_checkpoints(tmp_path: Path) -> None:
 
 def test_checkpoints_of_another_run_are_refused(tmp_path: Path) -> None:
     _run(_config(tmp_path, QOSFLOW_TOTAL_STEPS="2"))
-    with pytest.raises(SpecError, match="belongs to another run"):
+    with pytest.raises(TrainerError, match="belongs to another run"):
         TrainingJob(_config(tmp_path, QOSFLOW_TOTAL_STEPS="2", QOSFLOW_SEED="6")).run()
-    with pytest.raises(SpecError, match="beyond 1"):
+    with pytest.raises(TrainerError, match="beyond 1"):
         TrainingJob(_config(tmp_path, QOSFLOW_TOTAL_STEPS="1")).run()
 
 

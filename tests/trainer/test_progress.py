@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from qosflow.errors import SpecError
 from qosflow.trainer import report_progress
+from qosflow.trainer.errors import TrainerError
 from qosflow.trainer.progress import ProgressFile, format_progress, parse_progress, write_progress
 
 
@@ -38,7 +38,7 @@ def test_parse_progress_follows_argo_rules(text: str, expected: tuple[int, int] 
 
 @pytest.mark.parametrize(("done", "total"), [(-1, 5), (6, 5), (0, 0)])
 def test_invalid_progress_is_rejected_naming_the_field(done: int, total: int) -> None:
-    with pytest.raises(SpecError, match=r"progress\.(done|total)"):
+    with pytest.raises(TrainerError, match=r"progress\.(done|total)"):
         format_progress(done, total)
 
 
@@ -94,7 +94,7 @@ def test_report_progress_uses_env_and_is_a_noop_without_it(
 ) -> None:
     monkeypatch.delenv("ARGO_PROGRESS_FILE", raising=False)
     assert report_progress(1, 5) is False
-    with pytest.raises(SpecError):
+    with pytest.raises(TrainerError):
         report_progress(6, 5)
     path = tmp_path / "argo-progress"
     monkeypatch.setenv("ARGO_PROGRESS_FILE", str(path))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from qosflow.core.usage import parse_usage, share_between
 from qosflow.trainer.usage import UsageMeter, cgroup_throttled_s
-from qosflow.usage import parse_usage, share_between
 
 
 def fake_tasks(root: Path, threads: dict[int, tuple[int, int]]) -> None:
@@ -47,8 +47,8 @@ def test_each_line_is_the_interval_since_the_last_per_thread(tmp_path: Path) -> 
     line = parse_usage(out.getvalue().splitlines()[-1])  # the JSON line, rounded to 0.1 ms
     assert line is not None and (line.t, line.steps) == (102.0, 40)
     assert (line.cpu_s, line.wait_s) == pytest.approx((report.cpu_s, report.wait_s))
-    assert share_between([report], 100.0, 101.0) == pytest.approx(2.5 / 3.4)
-    assert share_between([report], 90.0, 99.0) is None
+    assert share_between([line], 100.0, 101.0) == pytest.approx(2.5 / 3.4, rel=1e-3)
+    assert share_between([line], 90.0, 99.0) is None
 
 
 def test_interval_zero_reports_nothing(tmp_path: Path) -> None:

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
-from qosflow.errors import SpecError
+from qosflow.core.errors import SpecError
 
 if TYPE_CHECKING:
-    from qosflow.history import HistoryStore
+    from qosflow.store.history import HistoryStore
     from qosflow_argo import ArgoCluster
 
 DEFAULT_CONN_ID = "qosflow_default"
@@ -159,6 +159,6 @@ class QosflowArgoHook(BaseHook):
 
     def get_history(self) -> HistoryStore:
         """The history store named by the connection's ``history_url`` extra."""
-        from qosflow.history import HistoryStore
+        from qosflow.store.history import HistoryStore
 
         return HistoryStore(self.config.history_url)

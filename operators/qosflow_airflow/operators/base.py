@@ -1,8 +1,8 @@
 """What every qosflow step shares: the connection, the hook, and the mapping of errors.
 
 ``QosflowError``s map to Airflow's exceptions: invalid input and refusals
-(:class:`~qosflow.errors.SpecError`, :class:`~qosflow.errors.AdmissionRejected`, non-retryable
-:class:`~qosflow.errors.ClusterError`) fail the task **without retry**; a retryable cluster error
+(:class:`~qosflow.core.errors.SpecError`, non-retryable
+:class:`~qosflow.core.errors.ClusterError`) fail the task **without retry**; a retryable cluster error
 is an ordinary failure that the task's retries may cure.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from qosflow.errors import ClusterError, QosflowError
+from qosflow.core.errors import ClusterError, QosflowError
 from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, QosflowArgoHook
 from qosflow_airflow.state import STATE_KEY, TrainingState, latest_state
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 from airflow.sdk import BaseBranchOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-#: The actions of ``qosflow.decide.Action`` (kept literal: no core import at DAG-parse time).
-ACTIONS = ("done", "on_track", "scale_up", "scale_down", "bump", "at_risk")
+BranchKey = Literal["done", "on_track", "scale_up", "scale_down", "bump", "at_risk"]
+"""The actions of ``qosflow.core.decide.Action`` (a literal type: no core import at DAG-parse time;
+a test checks the two agree)."""
+ACTIONS: tuple[BranchKey, ...] = get_args(BranchKey)
 
 
 def branch_for(
     decision: Mapping[str, Any] | None,
-    branches: Mapping[str, str],
+    branches: Mapping[BranchKey, str],
     current_units: int | None = None,
 ) -> str:
     """The task id for a decision's action (``done`` when the watch saw the job end).
@@ -29,9 +31,7 @@ def branch_for(
     """
     if not decision:
         raise AirflowFailException("no decision to branch on")
-    action = str(decision.get("action", ""))
-    if action not in ACTIONS:
-        raise AirflowFailException(f"decision.action: unknown action {action!r}")
+    action = _action(decision.get("action"))
     if action == "at_risk":
         action = _resize_direction(decision.get("units"), current_units) or action
     if action not in branches:
@@ -39,7 +39,14 @@ def branch_for(
     return branches[action]
 
 
-def _resize_direction(target: Any, current: int | None) -> str | None:
+def _action(value: Any) -> BranchKey:
+    for action in ACTIONS:
+        if value == action:
+            return action
+    raise AirflowFailException(f"decision.action: unknown action {value!r}")
+
+
+def _resize_direction(target: Any, current: int | None) -> BranchKey | None:
     """``scale_up``/``scale_down`` when the target size differs from the current one."""
     if target is None or current is None or int(target) == current:
         return None
@@ -58,10 +65,15 @@ class DeadlineBranchOperator(BaseBranchOperator):
 
     template_fields: Sequence[str] = ("watch_task_id",)
 
-    def __init__(self, *, watch_task_id: str, branches: Mapping[str, str], **kwargs: Any) -> None:
+    def __init__(
+        self, *, watch_task_id: str, branches: Mapping[BranchKey, str], **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.watch_task_id = watch_task_id
-        self.branches = dict(branches)
+        unknown = sorted(set(branches) - set(ACTIONS))
+        if unknown:
+            raise ValueError(f"branches: unknown actions {unknown} (known: {list(ACTIONS)})")
+        self.branches: dict[BranchKey, str] = dict(branches)
 
     def choose_branch(self, context: Any) -> str | Iterable[str] | None:
         """The task id of the decided action."""

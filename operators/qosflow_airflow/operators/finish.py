@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from qosflow.cluster import JobStatus, Phase
+from qosflow.core.cluster import JobStatus, Phase
 from qosflow_airflow.operators.base import QosflowOperator, guarded
 from qosflow_airflow.report import Mark, Report
 from qosflow_airflow.state import TrainingState, job_from_dict, samples_from_rows
 from qosflow_airflow.triggers.progress import DeadlineProgressTrigger
 
 if TYPE_CHECKING:
-    from qosflow.speed import ProgressSample
+    from qosflow.core.speed import ProgressSample
 
 
 class FinishTrainingOperator(QosflowOperator):
@@ -82,7 +82,7 @@ class FinishTrainingOperator(QosflowOperator):
                 state=state.to_dict(),
                 conn_id=self.conn_id,
                 poll_interval=self.poll_interval,
-                end_only=True,
+                purpose="await_end",
             )
             self.defer(trigger=trigger, method_name="execute_complete")
         while not status.phase.finished:

@@ -1,6 +1,6 @@
 """``PlanTrainingOperator`` and ``SubmitTrainingOperator``: admit and size a job, then launch it.
 
-Planning is :func:`qosflow.planning.plan_job` on live data: the history store's samples (what
+Planning is :func:`qosflow.core.planning.plan_job` on live data: the history store's samples (what
 earlier runs of the key measured), prior and calibration for the job's key, the cluster's
 capacity, and the jobs already guaranteed on it (read back from their workflows' plan
 annotations, :mod:`qosflow_airflow.admitted`). The plan goes to XCom as JSON with its reason in
@@ -17,17 +17,20 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import yaml
 from airflow.sdk.exceptions import AirflowFailException
 
-from qosflow.errors import SpecError
-from qosflow.spec import JobSpec, load_job
+from qosflow.core.errors import SpecError
+from qosflow.core.spec import JobSpec, load_job
 from qosflow_airflow.admitted import ADMISSION_KEY, admission_block, admitted_jobs, job_id
 from qosflow_airflow.operators.base import QosflowOperator, guarded
 from qosflow_airflow.restart import submit_request
 from qosflow_airflow.state import TrainingState, job_from_dict, job_to_dict, json_safe
+
+if TYPE_CHECKING:
+    from qosflow.core.planning import Plan
 
 _CLOCK = re.compile(r"^(?P<h>[01]?\d|2[0-3]):(?P<m>[0-5]\d)$")
 
@@ -67,7 +70,7 @@ class PlanTrainingOperator(QosflowOperator):
     """Admit and size a deadline job; push the plan.
 
     Args:
-        job: The job spec: a mapping or a YAML/JSON path (validated by ``qosflow.spec.load_job``).
+        job: The job spec: a mapping or a YAML/JSON path (validated by ``qosflow.core.spec.load_job``).
         deadline: Overrides the spec's deadline: ``HH:MM`` (next such time in the DAG's timezone),
             an ISO instant or an ISO duration.
         initial_units: Start at this size instead of the planned one (it must be an allowed level).
@@ -104,9 +107,6 @@ class PlanTrainingOperator(QosflowOperator):
         return guarded(lambda: self._plan(context))
 
     def _plan(self, context: Any) -> dict[str, Any]:
-        from qosflow.history import prior_of
-        from qosflow.planning import plan_job
-
         cluster = self.hook.get_cluster()
         now = cluster.now()
         dag = context.get("dag")
@@ -116,8 +116,46 @@ class PlanTrainingOperator(QosflowOperator):
         forced = _optional_int(self.initial_units, "initial_units")
         if forced is not None and forced not in res.levels:
             raise SpecError("initial_units", f"must be one of {list(res.levels)} (got {forced})")
-        run_id = context.get("run_id") or ""
-        ident = job_id(spec.name, spec.key, spec.deadline, run_id)
+        ident = job_id(spec.name, spec.key, spec.deadline, context.get("run_id") or "")
+        plan, active = self._admit(cluster, spec, now, ident)
+        verdict = plan.verdict
+        self._tell(spec, plan)
+        units = forced or verdict.units
+        if forced is not None and forced != verdict.units:
+            self.log.info(
+                "%s: starting at %d %s as initial_units asks", spec.name, forced, res.unit
+            )
+        annotation = plan.to_dict()
+        if plan.candidate is not None:
+            annotation[ADMISSION_KEY] = admission_block(
+                plan.candidate, verdict.kind, spec.total_steps, res.unit
+            )
+        return cast(
+            "dict[str, Any]",
+            json_safe(
+                {
+                    "job": job_to_dict(spec),
+                    "job_id": ident,
+                    "admitted": [a.name for a in active.guaranteed],
+                    "plan": annotation,
+                    "units": units,
+                    "verdict": verdict.kind,
+                    "reason": verdict.reason,
+                    "counter_offer": verdict.counter_offer,
+                    "priority_class": plan.priority_class,
+                    "priority": plan.priority,
+                    "history_url": self.hook.config.history_url,
+                    "planned_at": now,
+                }
+            ),
+        )
+
+    def _admit(self, cluster: Any, spec: JobSpec, now: float, ident: str) -> tuple[Plan, Any]:
+        """Plan against the history and the jobs already guaranteed; record a new promise."""
+        from qosflow.core.planning import plan_job
+        from qosflow.core.prior import prior_of
+
+        res = spec.resources
         store = self.hook.get_history()
         try:
             history = store.history(spec.key, res.unit)
@@ -146,6 +184,10 @@ class PlanTrainingOperator(QosflowOperator):
                     ledger.record(ident, res.unit, json_safe(block))
         finally:
             store.close()
+        return plan, active
+
+    def _tell(self, spec: JobSpec, plan: Plan) -> None:
+        """Fail on a rejection (nothing submitted), warn on best effort, log the plan."""
         verdict = plan.verdict
         offer = _when(verdict.counter_offer)
         if verdict.kind == "rejected":
@@ -160,40 +202,14 @@ class PlanTrainingOperator(QosflowOperator):
                 verdict.reason,
                 f" (counter-offer: {offer})" if offer else "",
             )
-        units = forced or plan.verdict.units
         self.log.info(
-            "plan for %s: %s at %d %s (%s), priority %s; %s",
+            "plan for %s: %s at %d %s, priority %s; %s",
             spec.name,
             verdict.kind,
-            units,
-            res.unit,
-            f"planned {plan.verdict.units}",
+            verdict.units,
+            spec.resources.unit,
             plan.priority_class,
             verdict.reason,
-        )
-        annotation = plan.to_dict()
-        if plan.candidate is not None:
-            annotation[ADMISSION_KEY] = admission_block(
-                plan.candidate, verdict.kind, spec.total_steps, res.unit
-            )
-        return cast(
-            "dict[str, Any]",
-            json_safe(
-                {
-                    "job": job_to_dict(spec),
-                    "job_id": ident,
-                    "admitted": [a.name for a in active.guaranteed],
-                    "plan": annotation,
-                    "units": units,
-                    "verdict": verdict.kind,
-                    "reason": verdict.reason,
-                    "counter_offer": verdict.counter_offer,
-                    "priority_class": plan.priority_class,
-                    "priority": plan.priority,
-                    "history_url": self.hook.config.history_url,
-                    "planned_at": now,
-                }
-            ),
         )
 
 

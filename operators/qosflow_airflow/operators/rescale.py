@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from qosflow.cluster import Phase, ResizeState
+from qosflow.core.cluster import Phase, ResizeState
 from qosflow_airflow.operators.base import QosflowOperator, guarded
 from qosflow_airflow.restart import checkpoint_restart
 from qosflow_airflow.state import TrainingState
 
 if TYPE_CHECKING:
-    from qosflow.decide import Decision
+    from qosflow.core.decide import Decision
 
 _APPLIED = (ResizeState.DONE, ResizeState.IN_PROGRESS)
 
@@ -39,7 +39,7 @@ class _ActOperator(QosflowOperator):
 
     def decision(self, context: Any) -> Decision:
         """The decision the round's watch pushed."""
-        from qosflow.decide import Decision
+        from qosflow.core.decide import Decision
 
         event = context["ti"].xcom_pull(task_ids=self.watch_task_id) or {}
         if not event.get("decision"):
@@ -117,7 +117,7 @@ class PriorityBumpOperator(_ActOperator):
 
     def act(self, context: Any, state: TrainingState, decision: Decision) -> dict[str, Any]:
         """Patch a queued workflow; restart a running one into ``urgent``; else no-op."""
-        from qosflow.priority import argo_priority, by_name, classify, laxity
+        from qosflow.core.priority import argo_priority, by_name, classify, laxity
 
         cluster = self.hook.get_cluster()
         now = cluster.now()

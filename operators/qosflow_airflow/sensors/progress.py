@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from qosflow.errors import QosflowError
+from qosflow.core.errors import QosflowError
 from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, QosflowArgoHook
 from qosflow_airflow.state import STATE_KEY, latest_state, samples_from_rows
 from qosflow_airflow.triggers.progress import (
@@ -29,7 +29,7 @@ from qosflow_airflow.triggers.progress import (
 )
 
 if TYPE_CHECKING:
-    from qosflow_airflow.watch import Watcher
+    from qosflow_airflow.watch import EndWatch, WatchPurpose
 
 FAILED = "failed"  # qosflow_airflow.watch.FAILED
 
@@ -54,7 +54,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
         conn_id: The ``qosflow_argo`` connection.
         poll_interval: Seconds between polls of the cluster.
         hold_seconds: How long an actionable decision must hold (default: the job's dwell time).
-        end_only: Only wait for the end of the workflow (no decisions).
+        purpose: ``steer`` (decide for one round) or ``await_end`` (wait for the end only).
         deferrable: Watch from the triggerer (default) instead of poking in a worker slot.
         **kwargs: Sensor arguments (``timeout``...).
     """
@@ -69,7 +69,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
         conn_id: str = DEFAULT_CONN_ID,
         poll_interval: float = 5.0,
         hold_seconds: float | None = None,
-        end_only: bool = False,
+        purpose: WatchPurpose = "steer",
         deferrable: bool = True,
         **kwargs: Any,
     ) -> None:
@@ -81,9 +81,9 @@ class DeadlineProgressSensor(BaseSensorOperator):
         self.conn_id = conn_id
         self.poll_interval = poll_interval
         self.hold_seconds = hold_seconds
-        self.end_only = end_only
+        self.purpose: WatchPurpose = purpose
         self.deferrable = deferrable
-        self._poking: tuple[Any, Watcher] | None = None
+        self._poking: tuple[Any, EndWatch] | None = None
 
     @cached_property
     def hook(self) -> QosflowArgoHook:
@@ -111,7 +111,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
             samples=rows,
             poll_interval=self.poll_interval,
             hold_seconds=self.hold_seconds,
-            end_only=self.end_only,
+            purpose=self.purpose,
         )
 
     def execute(self, context: Any) -> Any:
@@ -122,7 +122,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
         self.defer(trigger=self.trigger(context), method_name="execute_complete", timeout=timeout)
         return None  # pragma: no cover - defer raises
 
-    def _poke_setup(self, context: Any) -> tuple[Any, Watcher]:
+    def _poke_setup(self, context: Any) -> tuple[Any, EndWatch]:
         from qosflow_airflow.state import TrainingState
 
         state, rows = self._inputs(context)
@@ -134,7 +134,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
             history_url=st.history_url or self.hook.config.history_url,
             samples=samples_from_rows(rows),
             hold_s=float(hold),
-            end_only=self.end_only,
+            purpose=self.purpose,
             cluster=cluster,
         )
         return cluster, watcher

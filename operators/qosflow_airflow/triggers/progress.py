@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseHook
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from qosflow.cluster import Actuator, ClusterView, Phase, UsageView
-from qosflow.errors import ClusterError, QosflowError
+from qosflow.core.cluster import Actuator, ClusterView, Phase, UsageView
+from qosflow.core.errors import ClusterError, QosflowError
 from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, config_from_connection
 from qosflow_airflow.state import TrainingState, samples_from_rows
 
 if TYPE_CHECKING:
-    from qosflow.speed import Measured
-    from qosflow.usage import UsageReport
-    from qosflow_airflow.watch import Watcher, WatchEvent
+    from qosflow.core.fit import Measured
+    from qosflow.core.usage import UsageReport
+    from qosflow_airflow.watch import EndWatch, WatchEvent, WatchPurpose
 
 ERROR = "error"
 
@@ -38,7 +38,7 @@ class DeadlineProgressTrigger(BaseTrigger):
         samples: Earlier progress rows ``[time, steps, units]`` (previous rounds).
         poll_interval: Seconds between polls.
         hold_seconds: How long an actionable decision must hold; ``None`` = the job's dwell time.
-        end_only: Only report the end of the workflow.
+        purpose: ``steer`` (decide for one round) or ``await_end`` (the finish step's wait).
         max_errors: Consecutive retryable cluster errors tolerated before giving up.
     """
 
@@ -50,7 +50,7 @@ class DeadlineProgressTrigger(BaseTrigger):
         samples: Sequence[Sequence[float]] = (),
         poll_interval: float = 5.0,
         hold_seconds: float | None = None,
-        end_only: bool = False,
+        purpose: WatchPurpose = "steer",
         max_errors: int = 5,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
@@ -59,7 +59,7 @@ class DeadlineProgressTrigger(BaseTrigger):
         self.samples = [list(row) for row in samples]
         self.poll_interval = float(poll_interval)
         self.hold_seconds = hold_seconds
-        self.end_only = end_only
+        self.purpose: WatchPurpose = purpose
         self.max_errors = max_errors
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -72,7 +72,7 @@ class DeadlineProgressTrigger(BaseTrigger):
                 "samples": self.samples,
                 "poll_interval": self.poll_interval,
                 "hold_seconds": self.hold_seconds,
-                "end_only": self.end_only,
+                "purpose": self.purpose,
                 "max_errors": self.max_errors,
             },
         )
@@ -85,7 +85,7 @@ class DeadlineProgressTrigger(BaseTrigger):
         config = config_from_connection(host=conn.host, password=conn.password, extra=conn.extra)
         return await asyncio.to_thread(cluster_from_config, config), config.history_url
 
-    def watcher(self, history_url: str, cluster: Any = None) -> Watcher:
+    def watcher(self, history_url: str, cluster: Any = None) -> EndWatch:
         """A fresh watcher for the state, with the history store's prior (blocking: run in a thread)."""
         state = TrainingState.from_dict(self.state)
         spec = state.spec
@@ -95,7 +95,7 @@ class DeadlineProgressTrigger(BaseTrigger):
             history_url=url,
             samples=samples_from_rows(self.samples),
             hold_s=spec.dwell_seconds if self.hold_seconds is None else float(self.hold_seconds),
-            end_only=self.end_only,
+            purpose=self.purpose,
             cluster=cluster,
         )
 
@@ -135,21 +135,25 @@ def new_watcher(
     history_url: str,
     samples: Sequence[Any] = (),
     hold_s: float,
-    end_only: bool = False,
+    purpose: WatchPurpose = "steer",
     cluster: Actuator | None = None,
-) -> Watcher:
-    """A watcher for the current segment, primed with history (blocking).
+) -> EndWatch:
+    """A watch of the current segment, primed with history (blocking).
 
-    With ``cluster``, a watcher that decides is told what a rescale costs there (in-place resize
-    or checkpoint-restart); an ``end_only`` watcher decides nothing and does not ask.
+    ``await_end`` gives an :class:`~qosflow_airflow.watch.EndWatch` (no history, no decisions);
+    ``steer`` a :class:`~qosflow_airflow.watch.Watcher`, told with ``cluster`` what a rescale
+    costs there (in-place resize or checkpoint-restart).
     """
-    from qosflow_airflow.watch import Watcher, rescale_overhead
+    from qosflow_airflow.watch import EndWatch, Watcher, rescale_overhead
 
     spec = state.spec
+    if purpose == "await_end":
+        return EndWatch(spec=spec, workflow=state.workflow, history=tuple(samples))
     prior, calibration = None, None
     known: tuple[Measured, ...] = ()
     if history_url:
-        from qosflow.history import HistoryStore, fit_of
+        from qosflow.core.prior import fit_of
+        from qosflow.store.history import HistoryStore
 
         store = HistoryStore(history_url)
         try:
@@ -169,21 +173,20 @@ def new_watcher(
         prior=prior,
         known=known,
         hold_s=hold_s,
-        end_only=end_only,
     )
     if calibration is not None:
         watcher.calibration = calibration
-    if cluster is not None and not end_only:
+    if cluster is not None:
         watcher.rescale_overhead_s = rescale_overhead(cluster, spec.resources.unit)
     return watcher
 
 
-def poll_once(cluster: ClusterView, watcher: Watcher) -> WatchEvent | None:
+def poll_once(cluster: ClusterView, watcher: EndWatch) -> WatchEvent | None:
     """One blocking poll: status, the pod's usage reports, capacity, clock → the watcher."""
     status = cluster.status(watcher.workflow)
     usage: list[UsageReport] = []
     running = status.phase is Phase.RUNNING and status.pod_name
-    if running and not watcher.end_only and isinstance(cluster, UsageView):
+    if running and isinstance(cluster, UsageView):  # the finish step's samples need it too
         usage = cluster.usage(str(status.pod_name))
     free = cluster.capacity(watcher.spec.resources.unit).free
     return watcher.observe(status, now=cluster.now(), free_units=free, usage=usage)

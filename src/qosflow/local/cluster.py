@@ -24,11 +24,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from qosflow.errors import ClusterError
 from qosflow.local.argo_api import ArgoApi
 from qosflow.local.cgroups import CpuWeights
 from qosflow.local.clock import Clock, VirtualClock, WallClock
 from qosflow.local.controller import Controller
+from qosflow.local.errors import LocalClusterError
 from qosflow.local.faults import FaultPlan
 from qosflow.local.kube_api import KubeApi
 from qosflow.local.node import Node
@@ -87,7 +87,7 @@ class LocalCluster:
         cpu_weights: bool = True,
     ) -> None:
         if cpus < 1:
-            raise ClusterError(f"cpus: must be >= 1 (got {cpus})")
+            raise LocalClusterError(f"cpus: must be >= 1 (got {cpus})")
         self.cpus = cpus
         self.state_dir = (
             Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="qosflow-local-"))
@@ -213,14 +213,14 @@ class LocalCluster:
     def argo_url(self) -> str:
         """Base URL of the emulated Argo Server."""
         if self._argo is None:
-            raise ClusterError("the local cluster is not started")
+            raise LocalClusterError("the local cluster is not started")
         return self._argo.url
 
     @property
     def kube_url(self) -> str:
         """Base URL of the emulated Kubernetes API."""
         if self._kube is None:
-            raise ClusterError("the local cluster is not started")
+            raise LocalClusterError("the local cluster is not started")
         return self._kube.url
 
     def wake(self) -> None:
@@ -263,5 +263,5 @@ class LocalCluster:
             if value:
                 return value
             if time.monotonic() > deadline:
-                raise ClusterError(f"condition not met within {timeout_s} s")
+                raise LocalClusterError(f"condition not met within {timeout_s} s")
             time.sleep(poll_s)

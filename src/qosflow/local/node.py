@@ -37,7 +37,6 @@ from qosflow.local.runner import PodLaunch, PodProcess, Runner, kill_orphan
 from qosflow.local.store import Obj, Store
 
 NODE_NAME = "qosflow-local"
-ACTIVE = ("Pending", "Running")
 
 
 class Node:

@@ -12,10 +12,10 @@ from typing import Any
 
 import yaml
 
+from qosflow.local.quantity import parse as parse_quantity
 from qosflow.local.status import ApiError
 from qosflow.local.store import Obj, Store
 from qosflow.local.workflow import PodStep
-from qosflow.spec import parse_quantity
 
 LABEL_WORKFLOW = "workflows.argoproj.io/workflow"
 LABEL_COMPLETED = "workflows.argoproj.io/completed"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from qosflow.errors import ClusterError
+from qosflow.local.errors import LocalClusterError
 
 ARGO_VERSION = "v4.1.2"
 ARGO_UNAUTHENTICATED = "token not valid. see https://argo-workflows.readthedocs.io/en/latest/faq/"
@@ -48,7 +48,7 @@ _REASON_BY_HTTP = {
 }
 
 
-class ApiError(ClusterError):
+class ApiError(LocalClusterError):
     """An error answer of the emulated Argo Server or Kubernetes API.
 
     Attributes:

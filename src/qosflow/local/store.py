@@ -20,7 +20,6 @@ from typing import Any
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
 
-KINDS = ("Workflow", "WorkflowTemplate", "Pod", "PriorityClass")
 STATE_FILE = "state.json"
 STATE_VERSION = 1
 

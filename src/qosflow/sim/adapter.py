@@ -1,7 +1,7 @@
 """The simulator's adapter: what the simulator knows of a job, turned into the core's inputs.
 
-The core decides through :func:`qosflow.decide.decide` on a :class:`~qosflow.spec.JobSpec`, a
-:class:`~qosflow.predict.Belief` and a :class:`~qosflow.decide.JobSnapshot`. The Airflow watch
+The core decides through :func:`qosflow.core.decide.decide` on a :class:`~qosflow.core.spec.JobSpec`, a
+:class:`~qosflow.core.predict.Belief` and a :class:`~qosflow.core.decide.JobSnapshot`. The Airflow watch
 (``qosflow_airflow.watch.Watcher.decide``, run by the deferrable trigger on every poll) builds
 them from a job spec, the observed progress samples and the workflow's status; this module builds
 them from a :class:`~qosflow.sim.policy.JobView` (its progress, its believed speeds) and the
@@ -10,7 +10,7 @@ must reach the same decision (``tests/sim/test_parity.py``), so:
 
 * **Belief.** Learned speeds arrive as :class:`~qosflow.sim.truth.FittedSpeeds`, which carry the
   core's fit; :func:`belief_of` turns the fit into a belief with
-  :func:`qosflow.predict.belief_from_fit` -- what :func:`qosflow.planning.belief_for` does for the
+  :func:`qosflow.core.predict.belief_from_fit` -- what :func:`qosflow.core.planning.belief_for` does for the
   watch: bootstrap-quantile conservative step times times the conformal factor, a linear slow-down
   below the smallest observed size, and the observed sizes the probe rule needs (the job's own and
   those its prior was fitted on, ``FittedSpeeds.known``, as the watch's ``known``). Oracle speeds
@@ -27,12 +27,12 @@ before deciding. Fed the same samples, the two adapters agree.
 
 from __future__ import annotations
 
-from qosflow.decide import Decision, JobSnapshot, decide
-from qosflow.predict import Belief, Calibration, belief_from_fit, oracle_belief
+from qosflow.core.decide import Decision, JobSnapshot, decide
+from qosflow.core.predict import Belief, Calibration, belief_from_fit, oracle_belief
+from qosflow.core.spec import IfNotGuaranteed, JobSpec, Resources
+from qosflow.core.speed import TableCurve
 from qosflow.sim.policy import JobView
 from qosflow.sim.truth import FittedSpeeds
-from qosflow.spec import IfNotGuaranteed, JobSpec, Resources
-from qosflow.speed import TableCurve
 
 
 def job_spec(
@@ -43,7 +43,7 @@ def job_spec(
     dwell_s: float,
     if_not_guaranteed: IfNotGuaranteed = "run_best_effort",
 ) -> JobSpec:
-    """The core's :class:`~qosflow.spec.JobSpec` of a simulated job (levels up to its cap)."""
+    """The core's :class:`~qosflow.core.spec.JobSpec` of a simulated job (levels up to its cap)."""
     levels = tuple(n for n in sorted(view.speeds) if n <= view.max_units) or (min(view.speeds),)
     return JobSpec(
         name=view.job_id,
@@ -69,7 +69,7 @@ def belief_of(view: JobView, levels: tuple[int, ...], calibration: Calibration |
         view: The job; its ``speeds`` are a true table or :class:`FittedSpeeds`.
         levels: The spec's levels.
         calibration: ``None``: trust the speeds as they are (oracle). Otherwise the conformal
-            calibration: learned speeds go through :func:`qosflow.predict.belief_from_fit` (the
+            calibration: learned speeds go through :func:`qosflow.core.predict.belief_from_fit` (the
             watch's construction); a plain table is divided by the factor.
     """
     speeds = view.speeds
@@ -92,7 +92,7 @@ def job_snapshot(
     last_rescale_at: float | None,
     rescale_overhead_s: float,
 ) -> JobSnapshot:
-    """The core's :class:`~qosflow.decide.JobSnapshot` of a simulated job at ``now``.
+    """The core's :class:`~qosflow.core.decide.JobSnapshot` of a simulated job at ``now``.
 
     A job holding no units is queued and asks for the spec's smallest level (a queued job changes
     size for free in the core's predictions).

@@ -22,11 +22,11 @@ from typing import Literal
 
 import numpy as np
 
-from qosflow.errors import ClusterError
-from qosflow.sim.cluster import buddy_place
+from qosflow.core.errors import ClusterError
+from qosflow.sim.placement import buddy_place
 from qosflow.sim.policy import JobView, OverheadModel, Placed, Policy, SlotSnapshot
+from qosflow.sim.trace import ThroughputTable, TraceJob
 from qosflow.sim.truth import Belief, LearnedBelief, Noise, OracleBelief, Truth
-from qosflow.trace import ThroughputTable, TraceJob
 
 ARRIVAL, COMPLETION, WAKE = 0, 1, 2
 SpeedsMode = Literal["oracle", "learned"]

@@ -8,11 +8,11 @@ straggler, a throttled link). Noise is drawn from the run's seeded ``numpy.rando
 so a run is reproducible.
 
 Belief is separate: :class:`OracleBelief` shows policies the true table (as ElasticFlow assumes);
-:class:`LearnedBelief` shows them only a speed model fitted by the core (``qosflow.speed.fit``) on
+:class:`LearnedBelief` shows them only a speed model fitted by the core (``qosflow.core.fit.fit``) on
 the progress samples the simulator observed, as :class:`FittedSpeeds`: the fitted model tabulated
 on the allowed levels *and* the fit itself, so the simulator's adapter
 (:mod:`qosflow.sim.adapter`) builds the same belief from it as the Airflow watch does
-(:func:`qosflow.predict.belief_from_fit`).
+(:func:`qosflow.core.predict.belief_from_fit`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from types import MappingProxyType
 
 import numpy as np
 
-from qosflow import speed as core_speed
-from qosflow.errors import SpecError
-from qosflow.history import HISTORY_LIMIT, end_to_end, fit_of
-from qosflow.trace import ThroughputTable, TraceJob
+from qosflow.core import fit as core_fit
+from qosflow.core import speed as core_speed
+from qosflow.core.errors import SpecError
+from qosflow.core.prior import HISTORY_LIMIT, end_to_end, fit_of
+from qosflow.sim.trace import ThroughputTable, TraceJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,22 +123,22 @@ class FittedSpeeds(Mapping[int, float]):
 
     It reads as the plain ``{units: iterations/s}`` mapping every policy expects (and compares
     equal to one with the same items); the qosflow policy's adapter reads :attr:`fit` to build
-    its belief with the core's :func:`qosflow.predict.belief_from_fit`, the function the Airflow
+    its belief with the core's :func:`qosflow.core.predict.belief_from_fit`, the function the Airflow
     watch uses, instead of re-deriving bounds from the tabulated medians.
 
     Attributes:
         fit: The core's fit on the observed progress (``success=False``: the prior's shape).
         table: Median iterations/s at each allowed level with a finite step time: the measured
             median where the job or its key's history measured the level, else ``fit.model``'s
-            (the median of :func:`qosflow.predict.belief_from_fit`).
+            (the median of :func:`qosflow.core.predict.belief_from_fit`).
         known: What the history the fit's prior was fitted on measured (earlier runs of the
             key): those sizes count as observed and anchor the belief (``known`` of
-            :func:`qosflow.predict.belief_from_fit`).
+            :func:`qosflow.core.predict.belief_from_fit`).
     """
 
-    fit: core_speed.FitResult
+    fit: core_fit.FitResult
     table: Mapping[int, float]
-    known: tuple[core_speed.Measured, ...] = ()
+    known: tuple[core_fit.Measured, ...] = ()
 
     def __getitem__(self, units: int) -> float:
         """Median iterations/s at ``units``."""
@@ -156,7 +157,7 @@ def request_prior(truth: Truth, job: TraceJob, node_size: int) -> core_speed.Spe
     """The speed a user knows before the job ran: the table at ``num_gpu``, the core's prior shape.
 
     The value measured once at the requested size (the smallest level's value when the request
-    is not an allowed size) anchors :func:`qosflow.speed.pessimistic_prior` at ``num_gpu``: the
+    is not an allowed size) anchors :func:`qosflow.core.speed.pessimistic_prior` at ``num_gpu``: the
     shape the core assumes for every size nothing was measured at. On the Airflow side this is
     the history store's prior of the job's key.
     """
@@ -171,25 +172,25 @@ def fitted_speeds(
     levels: Sequence[int],
     node_size: int,
     prior: core_speed.SpeedModel,
-    known: Sequence[core_speed.Measured] = (),
+    known: Sequence[core_fit.Measured] = (),
 ) -> FittedSpeeds:
-    """Fit ``qosflow.speed`` on observed ``(time, done, units)`` samples; tabulate on ``levels``.
+    """Fit ``qosflow.core.speed`` on observed ``(time, done, units)`` samples; tabulate on ``levels``.
 
-    The tabulated median is exactly the median :func:`qosflow.predict.belief_from_fit` plans on:
+    The tabulated median is exactly the median :func:`qosflow.core.predict.belief_from_fit` plans on:
     the measured median at the levels this run or the key's history (``known``) measured, the
     fit's model elsewhere, whether or not the fit succeeded (a fit without a steady window is the
     prior's shape).
     """
     progress = [core_speed.ProgressSample(t, int(d), u) for t, d, u in samples]
-    result = core_speed.fit(progress, node_size=node_size, prior=prior)
+    result = core_fit.fit(progress, node_size=node_size, prior=prior)
     return FittedSpeeds(result, _median_table(result, levels, known), tuple(known))
 
 
 def _median_table(
-    fit: core_speed.FitResult, levels: Sequence[int], known: Sequence[core_speed.Measured] = ()
+    fit: core_fit.FitResult, levels: Sequence[int], known: Sequence[core_fit.Measured] = ()
 ) -> Mapping[int, float]:
     """Median iterations/s on ``levels``: the belief's median (measurements, else the model)."""
-    median = core_speed.anchored(fit.model, fit.measured, known)
+    median = core_fit.anchored(fit.model, fit.measured, known)
     rates = {k: 1.0 / t for k in sorted(levels) if 0.0 < (t := median.step_time(k)) < math.inf}
     return MappingProxyType(rates)
 
@@ -200,8 +201,8 @@ class LearnedBelief(Belief):
     A job's key is its model and batch size. Every job that completes leaves its progress samples
     in the key's history, as the Airflow finish step records them in the history store; the
     history is read as the store serves it (the newest :data:`HISTORY_LIMIT` samples, runs laid
-    end to end: :func:`qosflow.history.end_to_end`) and fitted once per new run
-    (:func:`qosflow.history.fit_of`). Until a job has a steady window of its own it is believed
+    end to end: :func:`qosflow.core.prior.end_to_end`) and fitted once per new run
+    (:func:`qosflow.core.prior.fit_of`). Until a job has a steady window of its own it is believed
     that fit, as the Airflow plan step plans on the key's history; once it has measured, its own
     fit rules, with the history's model as the prior and what the history measured as ``known``
     (as the Airflow watch does). Before any job of the key has completed, the prior is the job's

@@ -17,8 +17,8 @@ public, so this generator reconstructs the setting in spirit, seeded and with ev
   requests (drawn from the sizes below each family's knee), and deadlines
   ``submit + λ × duration`` with ``λ ~ U[lam_min, lam_max]``, as in ElasticFlow's generator.
 
-The output is ordinary :class:`~qosflow.trace.TraceJob` rows and a
-:class:`~qosflow.trace.ThroughputTable`, so the simulator, the bound and the CLI treat it exactly
+The output is ordinary :class:`~qosflow.sim.trace.TraceJob` rows and a
+:class:`~qosflow.sim.trace.ThroughputTable`, so the simulator, the bound and the CLI treat it exactly
 like a trace file (:func:`write_trace` writes it as one).
 """
 
@@ -33,8 +33,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from qosflow.errors import SpecError
-from qosflow.trace import ThroughputTable, TraceJob
+from qosflow.core.errors import SpecError
+from qosflow.sim.trace import ThroughputTable, TraceJob
 
 BATCH = 256  # every family's global batch size (a row key of the table)
 

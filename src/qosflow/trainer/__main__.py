@@ -23,8 +23,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from qosflow.errors import QosflowError
 from qosflow.trainer.config import parse_config
+from qosflow.trainer.errors import TrainerError
 from qosflow.trainer.job import TrainingJob
 from qosflow.trainer.preemption import EXIT_USAGE
 
@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
         return TrainingJob(config).run()
-    except QosflowError as exc:
+    except TrainerError as exc:
         sys.stderr.write(f"error: {exc}\n")
         return EXIT_USAGE
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qosflow.errors import SpecError
+from qosflow.trainer.errors import TrainerError
 
 MAGIC = b"QOSFLOWCKPT1\n"
 SUFFIX = ".qfck"
@@ -75,26 +75,26 @@ def decode(data: bytes, path: Path) -> Checkpoint:
     """Validate and deserialise checkpoint bytes.
 
     Raises:
-        SpecError: Naming the file, when it is torn or corrupt.
+        TrainerError: Naming the file, when it is torn or corrupt.
     """
     where = f"checkpoint {path.name}"
     if not data.startswith(MAGIC):
-        raise SpecError(where, "bad magic (not a qosflow checkpoint)")
+        raise TrainerError(where, "bad magic (not a qosflow checkpoint)")
     start = len(MAGIC) + _HEADER.size
     if len(data) < start:
-        raise SpecError(where, "truncated header")
+        raise TrainerError(where, "truncated header")
     length, digest = _HEADER.unpack_from(data, len(MAGIC))
     payload = data[start:]
     if len(payload) != length:
-        raise SpecError(where, f"torn: payload has {len(payload)} of {length} bytes")
+        raise TrainerError(where, f"torn: payload has {len(payload)} of {length} bytes")
     if hashlib.sha256(payload).digest() != digest:
-        raise SpecError(where, "checksum mismatch")
+        raise TrainerError(where, "checksum mismatch")
     try:
         with np.load(io.BytesIO(payload), allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
         meta = json.loads(arrays.pop(_META_KEY).tobytes().decode())
     except (ValueError, KeyError, OSError) as exc:
-        raise SpecError(where, f"unreadable payload ({exc})") from exc
+        raise TrainerError(where, f"unreadable payload ({exc})") from exc
     return Checkpoint(step=int(meta["step"]), arrays=arrays, meta=meta, path=path)
 
 
@@ -108,7 +108,7 @@ class CheckpointStore:
 
     def __init__(self, directory: Path, *, keep: int = 3) -> None:
         if keep < 1:
-            raise SpecError("keep_checkpoints", f"must be >= 1 (got {keep})")
+            raise TrainerError("keep_checkpoints", f"must be >= 1 (got {keep})")
         self.directory = directory
         self.keep = keep
 
@@ -148,7 +148,7 @@ class CheckpointStore:
         for path in self.files():
             try:
                 return Latest(self.load(path), tuple(skipped))
-            except (SpecError, OSError) as exc:
+            except (TrainerError, OSError) as exc:
                 skipped.append(Skipped(path, str(exc)))
         return Latest(None, tuple(skipped))
 

@@ -2,7 +2,7 @@
 
 Every option defaults from an environment variable, so an Argo template can configure the trainer
 with ``env`` alone; a command-line flag wins over the variable. Values are validated by a pydantic
-model and any bad value becomes a :class:`~qosflow.errors.SpecError` naming the option and its
+model and any bad value becomes a :class:`~qosflow.trainer.errors.TrainerError` naming the option and its
 variable.
 """
 
@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from qosflow.errors import SpecError
+from qosflow.trainer.errors import TrainerError
 from qosflow.trainer.model import ModelShape
 from qosflow.trainer.progress import PROGRESS_ENV
 
@@ -128,7 +128,7 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> TrainerConf
     """Merge flags over environment variables over defaults, then validate.
 
     Raises:
-        SpecError: Naming the option and its variable, for any invalid value.
+        TrainerError: Naming the option and its variable, for any invalid value.
     """
     args = vars(build_parser().parse_args(list(argv)))
     raw: dict[str, str] = {}
@@ -148,4 +148,4 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> TrainerConf
         name = str(err["loc"][0]) if err["loc"] else ""
         env = next((o.env for o in OPTIONS if o.name == name), "")
         got = raw.get(name)
-        raise SpecError(f"{name} ({env})", f"{err['msg']} (got {got!r})") from None
+        raise TrainerError(f"{name} ({env})", f"{err['msg']} (got {got!r})") from None

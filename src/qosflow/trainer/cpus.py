@@ -25,8 +25,10 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from threadpoolctl import ThreadpoolController
+if TYPE_CHECKING:  # loaded only when a follower is built: `import qosflow.trainer` stays light
+    from threadpoolctl import ThreadpoolController
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
@@ -138,7 +140,11 @@ class CpuFollower:
         apply: Callable[[int], object] | None = None,
     ) -> None:
         self._reader = reader or (lambda: allowed_cpus(cpu_max=cpu_max))
-        self._controller = controller or ThreadpoolController()
+        if controller is None:
+            from threadpoolctl import ThreadpoolController
+
+            controller = ThreadpoolController()
+        self._controller = controller
         self._apply = apply or (lambda n: self._controller.limit(limits=n))
         self._mask: frozenset[int] = frozenset(os.sched_getaffinity(0))
         self.threads = 0

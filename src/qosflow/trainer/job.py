@@ -10,7 +10,7 @@ Output contract (stable: the local cluster, the Argo templates and the tests rel
 * **stderr** gets JSON event lines: ``start``, ``resume`` (with skipped corrupt files),
   ``threads`` (whenever the thread pool is resized), ``checkpoint``, ``step`` every
   ``log_every`` steps and, while a progress file is set, ``usage`` every few seconds (the CPU
-  time the process got against the time it waited for a CPU: :mod:`qosflow.usage`).
+  time the process got against the time it waited for a CPU: :mod:`qosflow.trainer.usage`).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from typing import Any, TextIO
 
 from threadpoolctl import ThreadpoolController
 
-from qosflow.errors import SpecError
 from qosflow.trainer.checkpoint import CheckpointStore
 from qosflow.trainer.config import TrainerConfig
 from qosflow.trainer.cpus import CpuFollower
+from qosflow.trainer.errors import TrainerError
 from qosflow.trainer.model import Params, Task, init_params, loss, train_step
 from qosflow.trainer.preemption import EXIT_CHECKPOINTED, EXIT_OK, install_checkpoint_handler
 from qosflow.trainer.progress import ProgressFile
@@ -97,18 +97,18 @@ class TrainingJob:
         ckpt = latest.checkpoint
         if ckpt is None:
             if cfg.resume == "true":
-                raise SpecError(
+                raise TrainerError(
                     "resume (QOSFLOW_RESUME)", f"no valid checkpoint in {cfg.checkpoint_dir}"
                 )
             return _State(0, init_params(cfg.shape, cfg.seed)), None
         stored = {k: ckpt.meta.get(k) for k in cfg.fingerprint()}
         if stored != cfg.fingerprint():
-            raise SpecError(
+            raise TrainerError(
                 "checkpoint_dir (QOSFLOW_CHECKPOINT_DIR)",
                 f"{ckpt.path.name} belongs to another run ({stored} != {cfg.fingerprint()})",
             )
         if ckpt.step > cfg.total_steps:
-            raise SpecError(
+            raise TrainerError(
                 "total_steps (QOSFLOW_TOTAL_STEPS)",
                 f"checkpoint is at step {ckpt.step}, beyond {cfg.total_steps}",
             )

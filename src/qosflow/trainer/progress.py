@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from qosflow.errors import SpecError
+from qosflow.trainer.errors import TrainerError
 from qosflow.trainer.usage import UsageMeter
 
 PROGRESS_ENV = "ARGO_PROGRESS_FILE"
@@ -38,12 +38,12 @@ def format_progress(done: int, total: int) -> str:
         ``"done/total"`` followed by a newline.
 
     Raises:
-        SpecError: When the pair is not a valid Argo progress value.
+        TrainerError: When the pair is not a valid Argo progress value.
     """
     if total <= 0:
-        raise SpecError("progress.total", f"must be > 0 (got {total})")
+        raise TrainerError("progress.total", f"must be > 0 (got {total})")
     if not 0 <= done <= total:
-        raise SpecError("progress.done", f"must be in [0, {total}] (got {done})")
+        raise TrainerError("progress.done", f"must be in [0, {total}] (got {done})")
     return f"{done}/{total}\n"
 
 
@@ -197,7 +197,7 @@ def report_progress(
         Whether the file was written.
 
     Raises:
-        SpecError: When ``done``/``total`` is not a valid progress value.
+        TrainerError: When ``done``/``total`` is not a valid progress value.
     """
     target = path if path is not None else os.environ.get(PROGRESS_ENV)
     if not target:

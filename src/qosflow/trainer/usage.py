@@ -3,7 +3,8 @@
 qosflow judges a size by the step rate a job reached there. That is only fair when the job could
 use the CPUs it was given. :class:`UsageMeter` measures, per interval, the CPU time this
 process's threads ran and the time they were runnable but waited for a CPU, and writes one JSON
-line to standard error (the pod's log); the format is :mod:`qosflow.usage`'s contract.
+line to standard error (the pod's log); the format is the contract :mod:`qosflow.core.usage`
+parses (the trainer writes it without importing the rest of qosflow; a test reads one with it).
 
 Where the numbers come from (Linux):
 
@@ -20,6 +21,7 @@ step. Without ``/proc`` (not Linux) nothing is reported and every window counts 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -29,7 +31,6 @@ from pathlib import Path
 from typing import TextIO
 
 from qosflow.trainer.cpus import CGROUP_ROOT, PROC_CGROUP, allowed_cpus
-from qosflow.usage import UsageReport
 
 INTERVAL_ENV = "QOSFLOW_USAGE_INTERVAL"
 """Seconds between two usage lines (default :data:`DEFAULT_INTERVAL_S`; 0 turns them off)."""
@@ -37,12 +38,39 @@ DEFAULT_INTERVAL_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
-class CpuTimes:
-    """Cumulative CPU and wait seconds of this process's threads (and cgroup throttling)."""
+class Usage:
+    """One reporting interval: what :meth:`UsageMeter.report` measured and wrote.
 
+    Attributes:
+        t: When it ended (epoch seconds).
+        wall_s: Its length.
+        cpu_s: CPU time the process's threads ran.
+        wait_s: Time they were runnable but waited (run queue, quota throttling x CPUs).
+        cpus: CPUs the process was allowed.
+        steps: Steps done by then.
+    """
+
+    t: float
+    wall_s: float
     cpu_s: float
     wait_s: float
-    throttled_s: float
+    cpus: int
+    steps: int
+
+    def to_json(self) -> str:
+        """The log line, without a newline."""
+        return json.dumps(
+            {
+                "event": "usage",
+                "t": round(self.t, 3),
+                "wall_s": round(self.wall_s, 3),
+                "cpu_s": round(self.cpu_s, 4),
+                "wait_s": round(self.wait_s, 4),
+                "cpus": self.cpus,
+                "steps": self.steps,
+            },
+            sort_keys=True,
+        )
 
 
 def _thread_times(task_dir: Path) -> dict[int, tuple[int, int]]:
@@ -125,9 +153,9 @@ class UsageMeter:
         self._threads = _thread_times(task_dir)
         self._throttled_at = throttled()
         self._since = clock()
-        self.last: UsageReport | None = None
+        self.last: Usage | None = None
 
-    def tick(self, steps: int) -> UsageReport | None:
+    def tick(self, steps: int) -> Usage | None:
         """Write a usage line if ``interval`` passed since the last one; return it."""
         if self.interval <= 0:
             return None
@@ -136,7 +164,7 @@ class UsageMeter:
             return None
         return self.report(steps, now)
 
-    def report(self, steps: int, now: float | None = None) -> UsageReport:
+    def report(self, steps: int, now: float | None = None) -> Usage:
         """Measure the interval since the last report and write its line now."""
         now = self._clock() if now is None else now
         threads = _thread_times(self._task_dir)
@@ -147,7 +175,7 @@ class UsageMeter:
             wait_ns += max(waited - before[1], 0)
         throttled = self._throttled()
         cpus = max(self._cpus(), 1)
-        report = UsageReport(
+        report = Usage(
             t=now,
             wall_s=max(now - self._since, 1e-6),
             cpu_s=cpu_ns / 1e9,

@@ -29,7 +29,7 @@ from qosflow.sim.policies.ef_plan import (
     value_at,
 )
 from qosflow.sim.policy import JobView, Placed, SlotDecision, SlotSnapshot
-from qosflow.trace import ThroughputTable
+from qosflow.sim.trace import ThroughputTable
 
 BIG = sys.maxsize
 

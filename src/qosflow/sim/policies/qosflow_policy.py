@@ -3,39 +3,39 @@
 Every rule comes from the core; this module only turns a :class:`~qosflow.sim.policy.SlotSnapshot`
 into the core's inputs and the core's answers into a :class:`~qosflow.sim.policy.SlotDecision`:
 
-1. **Admission** (:func:`qosflow.admission.admit`): each arriving deadline job, earliest deadline
+1. **Admission** (:func:`qosflow.core.admission.admit`): each arriving deadline job, earliest deadline
    first, is tested against the jobs already guaranteed (conservative speeds, margins, energy test,
    backward filling on the slotted capacity timeline). It is guaranteed, or told at once that it is
    not (the counter-offer is in its reason) and then still runs *best-effort* on capacity the
    guarantees do not need, unless its spec asks for a hard rejection. Loose deadlines are therefore
    never refused.
 2. **Guarantees first**: every decision re-plans the guaranteed jobs with
-   :func:`qosflow.admission.backward_fill` (the proof behind the guarantees) and gives each the
+   :func:`qosflow.core.admission.backward_fill` (the proof behind the guarantees) and gives each the
    units the plan needs *now*; the policy asks to be woken when a planned block starts.
-3. **Minimal shares** (:func:`qosflow.decide.minimal_share`, with the core's margin): guaranteed
+3. **Minimal shares** (:func:`qosflow.core.decide.minimal_share`, with the core's margin): guaranteed
    jobs, then every other deadline job that can still make it, earliest deadline first. A job past
    its margin but not hopeless, and a guaranteed job even the fastest size it may be planned at no
    longer saves (a promise at risk: it runs as fast as it may rather than starve), get that size:
    the knee, unless the probe rule stops short of it. A promise at risk that does not fit whole
    takes the largest level the other guarantees leave, ahead of every unguaranteed job (its
    conservative finish is late, but its real speed may still make it).
-4. **Rescale rules** (:func:`qosflow.decide.decide`): a running job keeps the size the core's rules
+4. **Rescale rules** (:func:`qosflow.core.decide.decide`): a running job keeps the size the core's rules
    choose (scale down only with hysteresis, dwell and a real benefit).
 5. **Leftover**: waiting jobs start, then spare units go one level at a time to the job saving the
    most seconds per unit, only when the saving beats the core's benefit factor times the rescale
    overhead and the job is not inside its dwell time.
 
-Priority classes (:func:`qosflow.priority.laxity`, :func:`qosflow.priority.classify`) order jobs of
+Priority classes (:func:`qosflow.core.priority.laxity`, :func:`qosflow.core.priority.classify`) order jobs of
 equal deadline and are kept per job with the ladder's hysteresis. Oracle speeds plan on the true
 tables, inflated by a conformal factor learnt online from realised progress once enough intervals
 are logged (it covers restart overheads the tables leave out); learned speeds plan on the core's
-:func:`qosflow.predict.belief_from_fit` of the job's progress (bootstrap quantile times the same
+:func:`qosflow.core.predict.belief_from_fit` of the job's progress (bootstrap quantile times the same
 learnt factor, the probe and slow-down rules), exactly as the Airflow watch does
 (:mod:`qosflow.sim.adapter`; ``tests/sim/test_parity.py``).
 
 Keeping promises: a guarantee is planned with at least the factor it was admitted under
-(``_promise``), and the learnt factor only grows once learnt (``_ratchet``); a guarantee that
-slips is repaired by running it now, ahead of the others (``_repair``); an unguaranteed job that
+(``_promise``), and the learnt factor only grows once learnt (``ratchet``); a guarantee that
+slips is repaired by running it now, ahead of the others (``repair``); an unguaranteed job that
 can make it only at its knee gets it when every guarantee still fits around it
 (``_last_chances``); a job not guaranteed on arrival is asked again when a job finished or once
 per dwell period.
@@ -44,18 +44,25 @@ per dwell period.
 from __future__ import annotations
 
 import bisect
-import dataclasses
-import heapq
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from qosflow import admission, priority
-from qosflow.decide import BENEFIT_FACTOR, JobSnapshot, decide, minimal_share
-from qosflow.predict import Belief, Calibration, calibrate, predict
+from qosflow.core import admission, priority
+from qosflow.core.decide import decide, minimal_share
+from qosflow.core.predict import Belief, Calibration, calibrate, predict
+from qosflow.core.spec import JobSpec
 from qosflow.sim.adapter import belief_of, job_snapshot, job_spec
+from qosflow.sim.policies.qosflow_rules import (
+    Alloc,
+    PolicyJob,
+    forward,
+    ratchet,
+    repair,
+    spread,
+)
 from qosflow.sim.policy import (
     JobView,
     NoOverhead,
@@ -63,29 +70,12 @@ from qosflow.sim.policy import (
     SlotDecision,
     SlotSnapshot,
 )
-from qosflow.spec import JobSpec
 
 CALIBRATION_WINDOW = 2000
 """Most recent (predicted, realised) interval pairs the conformal factor is learnt from."""
 CALIBRATION_MIN_PAIRS = 50
 """Pairs needed before the learnt factor replaces the core's default (1.15)."""
 _RANK = {klass.name: i for i, klass in enumerate(priority.LADDER)}
-
-
-@dataclass(slots=True)
-class _Job:
-    """A job prepared for this decision."""
-
-    view: JobView
-    spec: JobSpec
-    belief: Belief
-    snap: JobSnapshot
-    need: int | None
-    klass: str
-    keep: int
-    promise: Belief
-    tight: bool = False
-    at_risk: bool = False
 
 
 @dataclass
@@ -123,7 +113,7 @@ class QosflowPolicy:
     _floor: dict[str, float] = field(default_factory=dict)
     _asked: dict[str, int] = field(default_factory=dict)
 
-    def _prepare(self, view: JobView, snap: SlotSnapshot) -> _Job:
+    def _prepare(self, view: JobView, snap: SlotSnapshot) -> PolicyJob:
         spec = job_spec(
             view,
             node_size=snap.node_size,
@@ -173,7 +163,7 @@ class QosflowPolicy:
         if not queued:
             keep = decide(js, belief, free_units=0).units
         promise = self._promise(view, spec, belief)
-        return _Job(view, spec, belief, js, need, klass, keep, promise, tight, at_risk)
+        return PolicyJob(view, spec, belief, js, need, klass, keep, promise, tight, at_risk)
 
     def _promise(self, view: JobView, spec: JobSpec, belief: Belief) -> Belief:
         """The belief guarantees are planned on: never less conservative than at admission.
@@ -193,7 +183,7 @@ class QosflowPolicy:
         return belief_of(view, spec.resources.levels, Calibration(factor, 0))
 
     def _admit(
-        self, jobs: Mapping[str, _Job], snap: SlotSnapshot
+        self, jobs: Mapping[str, PolicyJob], snap: SlotSnapshot
     ) -> tuple[list[str], list[str], dict[str, str]]:
         admitted: list[str] = []
         rejected: list[str] = []
@@ -240,7 +230,7 @@ class QosflowPolicy:
                 rejected.append(job.view.job_id)  # only on request: otherwise it runs best-effort
         return admitted, rejected, reasons
 
-    def _candidate(self, job: _Job) -> admission.Candidate:
+    def _candidate(self, job: PolicyJob) -> admission.Candidate:
         return admission.candidate(
             job.spec,
             job.promise,
@@ -295,8 +285,8 @@ class QosflowPolicy:
         conservative step time *before* inflation predicted for the steps it did, and the seconds
         it took (overheads and noise included). The factor inflates that conservative time, so
         it is calibrated on it (split conformal on the quantity it scales; with oracle speeds the
-        conservative time is the table's). :func:`qosflow.predict.calibrate` turns the recent
-        pairs into the inflation factor, which then only grows (:func:`_ratchet`). With oracle
+        conservative time is the table's). :func:`qosflow.core.predict.calibrate` turns the recent
+        pairs into the inflation factor, which then only grows (:func:`ratchet`). With oracle
         speeds this learns only what the tables leave out (restart overheads, decision cadence);
         until enough pairs exist the oracle is trusted as it is.
         """
@@ -312,14 +302,16 @@ class QosflowPolicy:
             return
         learnt = calibrate(self._pairs)
         if self.calibration is None:  # oracle speeds: inflate only what is promised
-            self._oracle_factor = _ratchet(self._oracle_factor, learnt)
+            self._oracle_factor = ratchet(self._oracle_factor, learnt)
         else:
-            self.calibration = _ratchet(self.calibration, learnt)
+            self.calibration = ratchet(self.calibration, learnt)
 
-    def _reserved(self, jobs: list[_Job], snap: SlotSnapshot) -> tuple[dict[str, int], int | None]:
+    def _reserved(
+        self, jobs: list[PolicyJob], snap: SlotSnapshot
+    ) -> tuple[dict[str, int], int | None]:
         """Units the guarantees' backward-fill plan needs now, and when that plan next changes.
 
-        The plan (:func:`qosflow.admission.backward_fill`) is the proof behind every guarantee;
+        The plan (:func:`qosflow.core.admission.backward_fill`) is the proof behind every guarantee;
         filling late keeps early capacity free for others, so the policy must be woken when a
         planned block starts.
         """
@@ -329,7 +321,7 @@ class QosflowPolicy:
         now, slot = float(snap.now), float(snap.slot)
         plan = admission.backward_fill(cands, capacity=snap.capacity, now=now, slot_s=slot)
         if plan.failed:
-            plan = _repair(plan, cands, capacity=snap.capacity, now=now, slot_s=slot)
+            plan = repair(plan, cands, capacity=snap.capacity, now=now, slot_s=slot)
         else:
             plan = self._last_chances(plan, cands, jobs, snap)
         wake: float | None = None
@@ -348,7 +340,7 @@ class QosflowPolicy:
         self,
         plan: admission.FillPlan,
         cands: list[admission.Candidate],
-        jobs: list[_Job],
+        jobs: list[PolicyJob],
         snap: SlotSnapshot,
     ) -> admission.FillPlan:
         """Reserve the fastest level, from now, for unguaranteed jobs that need it to make it.
@@ -363,7 +355,7 @@ class QosflowPolicy:
         for job in jobs:  # already in deadline order
             if not job.tight or job.view.job_id in self._guaranteed:
                 continue
-            c = _forward(self._candidate(job), now, slot)
+            c = forward(self._candidate(job), now, slot)
             if c is None or c.deadline > job.view.deadline:
                 continue
             trial = admission.backward_fill(
@@ -378,7 +370,7 @@ class QosflowPolicy:
                 plan = trial
         return plan
 
-    def _order(self, job: _Job) -> tuple[int, float, int, float, str]:
+    def _order(self, job: PolicyJob) -> tuple[int, float, int, float, str]:
         v = job.view
         group = 0
         if v.best_effort:
@@ -387,9 +379,9 @@ class QosflowPolicy:
             group = 2
         return (group, v.deadline, _RANK.get(job.klass, 99), v.submit, v.job_id)
 
-    def _allocate(self, jobs: list[_Job], snap: SlotSnapshot) -> dict[str, int]:
+    def _allocate(self, jobs: list[PolicyJob], snap: SlotSnapshot) -> dict[str, int]:
         jobs.sort(key=self._order)
-        a = _Alloc({j.view.job_id: 0 for j in jobs}, snap.capacity)
+        a = Alloc({j.view.job_id: 0 for j in jobs}, snap.capacity)
         reserved, self._wake = self._reserved(jobs, snap)
         for job in jobs:  # 1. what the guarantees' plan needs now
             a.raise_to(job, reserved.get(job.view.job_id, 0))
@@ -405,132 +397,7 @@ class QosflowPolicy:
             a.raise_to(job, job.keep)
         for job in jobs:  # 4. waiting jobs start on what is left
             a.raise_to(job, job.belief.levels[0])
-        return _spread(jobs, a.units, a.free)  # 5. spare units where they save the most time
-
-
-def _ratchet(old: Calibration | None, new: Calibration) -> Calibration:
-    """The learnt factor only ever grows (the first one learnt replaces the default).
-
-    The quantile of a sliding window of interval ratios wobbles with the window's mix; every
-    guarantee is re-planned on it at every decision, so a dip would hand slack to newcomers that
-    the next rise takes back from jobs already promised. Taking the running maximum keeps the
-    plans' beliefs stable (and conservative); it is still learnt, never hand-set.
-    """
-    if old is None or old.n == 0:
-        return new
-    return Calibration(max(old.factor, new.factor), new.n)
-
-
-def _forward(c: admission.Candidate, now: float, slot_s: float) -> admission.Candidate | None:
-    """``c`` due as soon as its fastest level can finish it from now (``None``: no known speed).
-
-    Backward fill then places it at that level from the first slot on: forward, not late.
-    """
-    if not math.isfinite(c.step_time[-1]):
-        return None
-    finish = now + c.remaining_steps * c.step_time[-1]
-    return dataclasses.replace(c, deadline=max(finish, now + slot_s), margin=0.0)
-
-
-def _repair(
-    plan: admission.FillPlan,
-    cands: list[admission.Candidate],
-    *,
-    capacity: int,
-    now: float,
-    slot_s: float,
-) -> admission.FillPlan:
-    """Re-plan so that guarantees the fill could not place run now, as fast as they can.
-
-    A guaranteed job that no longer fits behind the others (its margin was eaten by overheads or
-    by a belief that turned more pessimistic) must not be starved: that turns a slip of seconds
-    into a broken promise. It is placed *ahead* of the other guarantees, due as soon as its
-    fastest level can finish it (forward, from now), and the others are re-filled around it.
-    The repaired plan is kept only when it places every guarantee.
-    """
-    failed = set(plan.failed)
-    urgent = []
-    for c in cands:
-        fast = _forward(c, now, slot_s) if c.name in failed else None
-        # the others may spend their margins on it, never their deadlines
-        urgent.append(fast or dataclasses.replace(c, margin=0.0))
-    repaired = admission.backward_fill(
-        urgent, capacity=capacity, now=now, slot_s=slot_s, first=failed
-    )
-    return repaired if not repaired.failed else plan
-
-
-@dataclass(slots=True)
-class _Alloc:
-    """The allocation being built: units per job and the units still free."""
-
-    units: dict[str, int]
-    free: int
-
-    def raise_to(self, job: _Job, target: int) -> None:
-        """Grow the job to the largest level <= ``target`` that fits (never shrinks)."""
-        have = self.units[job.view.job_id]
-        level = _fit(job.belief.levels, min(target, have + self.free))
-        if level > have:
-            self.free -= level - have
-            self.units[job.view.job_id] = level
-
-    def exactly(self, job: _Job, target: int | None) -> None:
-        """Grow the job to exactly ``target`` when it fits whole, else leave it."""
-        have = self.units[job.view.job_id]
-        if target is not None and have < target <= have + self.free:
-            self.free -= target - have
-            self.units[job.view.job_id] = target
-
-
-def _fit(levels: tuple[int, ...], limit: int) -> int:
-    """Largest level at most ``limit`` (0 when none fits)."""
-    best = 0
-    for n in levels:
-        if n <= limit:
-            best = n
-    return best
-
-
-def _gain(job: _Job, have: int) -> tuple[float, int] | None:
-    """Seconds saved per extra unit by growing one level from ``have`` (None: not worth it).
-
-    Growing costs a rescale, so it must save more than the core's benefit factor times the
-    rescale overhead, and a job inside its dwell time is not moved at all.
-    """
-    up = next((n for n in job.belief.levels if n > have), None)
-    if up is None or up > job.belief.knee or _dwelling(job):
-        return None
-    med = job.belief.median
-    saved = job.view.remaining * (med.step_time(have) - med.step_time(up))
-    if saved <= BENEFIT_FACTOR * job.snap.rescale_overhead_s:
-        return None
-    return saved / (up - have), up
-
-
-def _dwelling(job: _Job) -> bool:
-    last = job.snap.last_rescale_at
-    return last is not None and job.snap.now - last < job.spec.dwell_seconds
-
-
-def _spread(jobs: list[_Job], alloc: dict[str, int], free: int) -> dict[str, int]:
-    """Give spare units one level at a time to the job saving the most seconds per unit."""
-    heap: list[tuple[float, int, int]] = []
-    for idx, job in enumerate(jobs):
-        gain = _gain(job, alloc[job.view.job_id]) if alloc[job.view.job_id] else None
-        if gain is not None:
-            heapq.heappush(heap, (-gain[0], idx, gain[1]))
-    while free > 0 and heap:
-        _, idx, up = heapq.heappop(heap)
-        job_id = jobs[idx].view.job_id
-        if up - alloc[job_id] > free:
-            continue
-        free -= up - alloc[job_id]
-        alloc[job_id] = up
-        gain = _gain(jobs[idx], up)
-        if gain is not None:
-            heapq.heappush(heap, (-gain[0], idx, gain[1]))
-    return alloc
+        return spread(jobs, a.units, a.free)  # 5. spare units where they save the most time
 
 
 __all__ = ["QosflowPolicy", "belief_of", "job_spec"]

@@ -6,7 +6,7 @@ this module does:
 * *QoS ordering*: jobs are ordered by deadline, ties by resource status (the job needing fewer
   units first, so more jobs fit);
 * *prediction*: training time is predictable, so each job's finish is predicted at every candidate
-  size — here with the core's predictor and minimal share (:func:`qosflow.decide.minimal_share`,
+  size — here with the core's predictor and minimal share (:func:`qosflow.core.decide.minimal_share`,
   the same functions the pipeline steps call);
 * *skip jobs that can no longer make it*: a job whose deadline cannot be met even at its knee is
   not given capacity while others still can use it;
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from qosflow.decide import JobSnapshot, minimal_share
-from qosflow.predict import Calibration
+from qosflow.core.decide import JobSnapshot, minimal_share
+from qosflow.core.predict import Calibration
 from qosflow.sim.policies.qosflow_policy import belief_of, job_spec
 from qosflow.sim.policy import NoOverhead, OverheadModel, SlotDecision, SlotSnapshot
 

@@ -1,0 +1,309 @@
+"""The ``qosflow`` command line.
+
+Subcommands:
+
+* ``plan JOB.yaml --cluster CLUSTER.yaml [--now ISO] [--history URL]`` — admission verdict, initial
+  size, median and conservative finish, and the deadline-derived schedule;
+* ``replay JOB.yaml PROGRESS.csv`` — feed a progress log (time, steps, units) through the decision
+  function and print each decision with its reason;
+* ``local up|down`` — the embedded local cluster (``qosflow.local``);
+* ``simulate`` / ``bound`` — the trace-driven simulator and the offline upper bound (``qosflow.sim``);
+* ``argo render`` — write the Argo/Kubernetes manifests (needs the ``argo`` extra).
+
+Bad input exits with code 2 and one line on stderr starting ``error:`` — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import math
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+from rich.console import Console
+from rich.table import Table
+
+from qosflow.cli.files import read_spec, spec_or_file
+from qosflow.core.errors import QosflowError, SpecError
+from qosflow.core.spec import JobSpec, load_cluster, load_job
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _iso(ts: float) -> str:
+    if ts == float("inf"):
+        return "never"
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _parse_now(text: str | None) -> datetime:
+    if text is None:
+        return datetime.now(UTC)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise SpecError("--now", f"must be an ISO-8601 instant (got {text!r})") from None
+    if moment.tzinfo is None:
+        raise SpecError("--now", f"must be timezone-aware (got {text!r})")
+    return moment
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from qosflow.core.planning import plan_job
+
+    now = _parse_now(args.now)
+    job = load_job(read_spec(args.job), now=now)
+    cluster = load_cluster(spec_or_file(args.cluster, "cluster spec"))
+    if cluster.unit != job.resources.unit:
+        raise SpecError(
+            "resources.unit",
+            f"the cluster has {cluster.unit} units, the job asks for {job.resources.unit}",
+        )
+    prior, calibration, history = None, None, []
+    if args.history:
+        from qosflow.core.prior import prior_of
+        from qosflow.store.history import HistoryStore
+
+        store = HistoryStore(args.history)
+        history = store.history(job.key, job.resources.unit)
+        prior = prior_of(history, job.resources.per_node, now=now.timestamp())
+        calibration = store.calibration(job.key)
+    result = plan_job(
+        job,
+        capacity=cluster.total_units,
+        now=now.timestamp(),
+        prior=prior,
+        calibration=calibration,
+        history=history,
+    )
+    console = Console(width=max(Console().width, 110))
+    verdict = result.verdict
+    style = {"guaranteed": "green", "best_effort": "yellow", "rejected": "red"}[verdict.kind]
+    console.print(f"[bold]{job.name}[/]: [{style}]{verdict.kind}[/] — {verdict.reason}")
+    if verdict.counter_offer is not None:
+        console.print(f"counter-offer: a deadline of {_iso(verdict.counter_offer)} would pass")
+    table = Table(
+        title=f"plan for {job.name} on {cluster.nodes}x{cluster.units_per_node} {cluster.unit}"
+    )
+    for col in (
+        "initial size",
+        "median finish",
+        "conservative finish",
+        "deadline",
+        "priority class",
+    ):
+        table.add_column(col, no_wrap=True)
+    pred = result.prediction
+    table.add_row(
+        f"{verdict.units} {job.resources.unit}",
+        _iso(pred.median_finish),
+        _iso(pred.conservative_finish),
+        _iso(job.deadline),
+        result.priority_class,
+    )
+    console.print(table)
+    if not result.schedule:
+        console.print("no schedule yet: it is derived from the measured speed")
+        return 0
+    sched = Table(title="deadline-derived schedule (steps that must be done by then)")
+    sched.add_column("time")
+    sched.add_column("steps", justify="right")
+    for when, steps in result.schedule:
+        sched.add_row(_iso(when), str(steps))
+    console.print(sched)
+    return 0
+
+
+def _read_progress(path: Path, job: JobSpec) -> list[tuple[float, int, int]]:
+    rows: list[tuple[float, int, int]] = []
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise SpecError("", f"cannot read progress log {str(path)!r}: {exc.strerror}") from None
+    with handle:
+        reader = csv.DictReader(handle)
+        missing = {"time", "steps", "units"} - set(reader.fieldnames or [])
+        if missing:
+            raise SpecError(
+                f"{path}:1",
+                f"header must have columns time, steps, units (missing {sorted(missing)})",
+            )
+        for line, row in enumerate(reader, start=2):
+            when, steps, units = _progress_row(path, line, row, job)
+            if rows and when < rows[-1][0]:
+                raise SpecError(
+                    f"{path}:{line}:time", f"must not go back in time (got {row['time']!r})"
+                )
+            rows.append((when, steps, units))
+    if not rows:
+        raise SpecError(str(path), "has no progress rows")
+    return rows
+
+
+def _progress_row(
+    path: Path, line: int, row: dict[str, str], job: JobSpec
+) -> tuple[float, int, int]:
+    where = f"{path}:{line}"
+    text = row["time"]
+    try:
+        when = job.submitted_at + float(text)
+    except ValueError:
+        try:
+            when = _parse_now(text).timestamp()
+        except SpecError:
+            raise SpecError(
+                f"{where}:time",
+                f"must be seconds since submission or an ISO instant (got {text!r})",
+            ) from None
+    values: list[int] = []
+    for column in ("steps", "units"):
+        try:
+            values.append(int(row[column]))
+        except (TypeError, ValueError):
+            raise SpecError(
+                f"{where}:{column}", f"must be an integer (got {row[column]!r})"
+            ) from None
+    if not math.isfinite(when):
+        raise SpecError(f"{where}:time", f"must be a finite number (got {text!r})")
+    if values[0] < 0 or values[1] < 1:
+        raise SpecError(where, f"steps must be >= 0 and units >= 1 (got {values[0]}, {values[1]})")
+    return when, values[0], values[1]
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from qosflow.core.planning import replay_progress
+
+    if args.free_units < 0 or args.every < 1:
+        raise SpecError(
+            "--free-units/--every", f"must be >= 0 and >= 1 (got {args.free_units}, {args.every})"
+        )
+    job = load_job(read_spec(args.job), now=_parse_now(args.now))
+    rows = _read_progress(Path(args.progress), job)
+    console = Console(width=max(Console().width, 120))
+    table = Table(title=f"replay of {job.name}: {len(rows)} progress reports")
+    for col in ("t+s", "steps", "units", "decision", "target", "reason"):
+        table.add_column(col, overflow="fold")
+    for step in replay_progress(job, rows, free_units=args.free_units, every=args.every):
+        d = step.decision
+        table.add_row(
+            f"{step.time - job.submitted_at:.0f}",
+            str(step.steps),
+            str(step.units),
+            d.action.value,
+            str(d.units),
+            d.reason,
+        )
+    console.print(table)
+    return 0
+
+
+def _argo_render(args: argparse.Namespace) -> int:
+    try:
+        render = importlib.import_module("qosflow_argo.render")
+    except ImportError as exc:
+        raise QosflowError(
+            f"`qosflow argo render` needs the argo extra (pip install 'qosflow[argo]'): {exc}"
+        ) from None
+    argv = ["--out", args.out] if args.out else []
+    argv += ["--namespace", args.namespace] if args.namespace else []
+    code: int = render.main([*argv, "--check"] if args.check else argv)
+    return code
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one ``error:`` line and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``error: <prog>: <message>`` on stderr and exit 2 (no usage block)."""
+        self.exit(2, f"error: {self.prog}: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every subcommand."""
+    parser = _Parser(
+        prog="qosflow", description="Deadline-driven training: plan, replay, simulate."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    plan = sub.add_parser(
+        "plan", help="admission verdict, initial size, finish times and schedule of a job"
+    )
+    plan.add_argument("job", help="job spec (YAML or JSON)")
+    plan.add_argument(
+        "--cluster", required=True, help="cluster spec (YAML/JSON) or NODESxUNITS like 4x8"
+    )
+    plan.add_argument("--now", help="submission instant (ISO-8601 with timezone); default: now")
+    plan.add_argument("--history", help="history store SQLAlchemy URL (observed step times)")
+    plan.set_defaults(func=_plan)
+
+    replay = sub.add_parser("replay", help="replay a progress log through the decision function")
+    replay.add_argument("job", help="job spec (YAML or JSON)")
+    replay.add_argument(
+        "progress", help="CSV with columns time (s since submission or ISO), steps, units"
+    )
+    replay.add_argument("--now", help="submission instant (ISO-8601); default: now")
+    replay.add_argument(
+        "--free-units", type=int, default=0, help="units free beyond the job's own (default 0)"
+    )
+    replay.add_argument(
+        "--every", type=int, default=1, help="decide at every Nth report (default 1)"
+    )
+    replay.set_defaults(func=_replay)
+
+    argo = sub.add_parser("argo", help="Argo manifests").add_subparsers(
+        dest="argo_command", required=True
+    )
+    render = argo.add_parser(
+        "render",
+        help="write the install manifests (workflow-template, priority-classes, rbac .yaml)",
+        description="Write workflow-template.yaml, priority-classes.yaml and rbac.yaml, each "
+        "validated, to the --out directory.",
+    )
+    render.add_argument(
+        "--out",
+        metavar="DIR",
+        help="directory to write (or, with --check, to compare); default: the checkout's "
+        "argo_templates/ when run from a source checkout, else the current directory",
+    )
+    render.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="namespace of the WorkflowTemplate and the RBAC (default: qosflow)",
+    )
+    render.add_argument(
+        "--check",
+        action="store_true",
+        help="write nothing; exit 1 when a file in the --out directory is missing or stale",
+    )
+    render.set_defaults(func=_argo_render)
+
+    for module in ("qosflow.local.cli", "qosflow.cli.simulate"):
+        try:
+            importlib.import_module(module).add_subcommands(sub)
+        except ImportError:  # pragma: no cover - optional parts not built into this install
+            continue
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; bad input → exit code 2 with one ``error:`` line on stderr."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Any = args.func
+    try:
+        return int(func(args))
+    except QosflowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # pragma: no cover
+        print("error: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

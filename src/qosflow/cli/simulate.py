@@ -1,0 +1,378 @@
+"""``qosflow simulate`` and ``qosflow bound``: the simulator and the upper bound from the shell.
+
+``add_subcommands(sub)`` registers both on the ``qosflow`` CLI's subparsers; each sets
+``func(args) -> int``. A trace is a CSV path (either ElasticFlow column variant) or
+``seed[:key=value,...]`` for the seed paper's generated CPU workload
+(:class:`~qosflow.sim.workload.SeedWorkload` knobs, e.g. ``seed:rate_per_hour=48,jobs=120``).
+
+Wall time and policy CPU time are measured here, around the simulator (which never reads a
+clock); ``--no-timing`` blanks them so that equal runs give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from qosflow.core.errors import SpecError
+from qosflow.core.predict import Calibration
+from qosflow.sim import metrics as m
+from qosflow.sim.bound import BoundJob, UpperBound, upper_bound
+from qosflow.sim.policy import (
+    NoOverhead,
+    OverheadModel,
+    Placed,
+    Policy,
+    RescaleOverhead,
+    SlotDecision,
+    SlotSnapshot,
+)
+from qosflow.sim.report import PolicyRun, write_all
+from qosflow.sim.trace import ClusterShape, ThroughputTable, TraceJob, load_throughputs, load_trace
+from qosflow.sim.workload import SeedWorkload, generate, seed_table
+
+DEFAULT_POLICIES = "k8s-default,edf-elastic,xing19,elasticflow,qosflow"
+# name -> (module under qosflow.sim.policies, factory name)
+REGISTRY: dict[str, tuple[str, str]] = {
+    "k8s-default": ("k8s_default", "K8sDefault"),
+    "edf-elastic": ("edf_elastic", "EdfElastic"),
+    "elasticflow": ("elasticflow", "ElasticFlow"),
+    "xing19": ("xing19", "Xing19Policy"),
+    "qosflow": ("qosflow_policy", "QosflowPolicy"),
+}
+OWN_CALIBRATED = {"xing19", "qosflow"}
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A loaded trace: jobs, true speeds and the cluster it runs on."""
+
+    jobs: tuple[TraceJob, ...]
+    table: ThroughputTable
+    shape: ClusterShape
+    label: str
+
+
+def load_workload(trace: str, cluster: str | None, gpu_type: str, seed: int) -> Workload:
+    """Load a trace file or generate the seed-paper workload (``seed[:k=v,...]``)."""
+    if trace == "seed" or trace.startswith("seed:"):
+        knobs: dict[str, Any] = {}
+        for item in filter(None, trace.partition(":")[2].split(",")):
+            key, _, value = item.partition("=")
+            fields = {f.name: f.type for f in dataclasses.fields(SeedWorkload)}
+            if key not in fields:
+                raise SpecError("--trace", f"unknown seed workload knob {key!r} ({sorted(fields)})")
+            knobs[key] = value.lower() in ("1", "true") if fields[key] == "bool" else float(value)
+            if fields[key] == "int":
+                knobs[key] = int(knobs[key])
+        w = SeedWorkload(**knobs)
+        shape = (
+            ClusterShape.parse(cluster) if cluster else ClusterShape(1, w.nodes, w.cores_per_node)
+        )
+        w = dataclasses.replace(w, nodes=shape.nodes, cores_per_node=shape.gpus_per_node)
+        jobs = generate(w, np.random.default_rng(seed))
+        knobs_text = ", ".join(f"{k}={v:g}" for k, v in knobs.items()) or "defaults"
+        return Workload(jobs, seed_table(w), shape, f"seed-paper CPU workload ({knobs_text})")
+    table = load_throughputs(Path(gpu_type) if Path(gpu_type).is_dir() else gpu_type)
+    jobs = load_trace(trace, table)
+    shape = ClusterShape.parse(cluster or "16x8")
+    return Workload(jobs, table, shape, Path(trace).name)
+
+
+def bound_jobs(w: Workload) -> list[BoundJob]:
+    """The bound's view of a workload (generic caps, capacity applied by the bound)."""
+    out = []
+    for j in w.jobs:
+        cap = w.table.generic_cap(j.model, j.batch_size)
+        curve = {n: x for n, x in w.table.curve(j.model, j.batch_size).items() if n <= cap}
+        out.append(BoundJob(j.job_id, j.submit, j.deadline, float(j.iterations), curve))
+    return out
+
+
+def make_policy(name: str, *, speeds: str, table: ThroughputTable, slot: int) -> Policy:
+    """Instantiate a policy by name.
+
+    ``elasticflow`` gets the trace's table (its per-model caps) and the slot (its overhead's
+    restart period). Ours (``qosflow``, ``xing19``) are charged ElasticFlow's overhead model, the
+    same environment as the ``elasticflow`` row; with learned speeds they plan on conservative
+    speeds (the core's default conformal inflation).
+    """
+    if name not in REGISTRY:
+        raise SpecError("--policies", f"unknown policy {name!r} (one of {', '.join(REGISTRY)})")
+    module, cls = REGISTRY[name]
+    factory = getattr(importlib.import_module(f"qosflow.sim.policies.{module}"), cls)
+    if name == "elasticflow":
+        return factory(table=table, slot=slot)  # type: ignore[no-any-return]
+    if name in OWN_CALIBRATED:
+        from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
+
+        calibration = Calibration() if speeds == "learned" else None
+        return factory(  # type: ignore[no-any-return]
+            calibration=calibration, overhead=ElasticFlowOverhead(slot)
+        )
+    return factory()  # type: ignore[no-any-return]
+
+
+def overhead_model(kind: str, slot: int) -> OverheadModel | None:
+    """The overhead model every policy of a run is charged (``policy``: each its own)."""
+    if kind == "policy":
+        return None
+    if kind == "elasticflow":
+        from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
+
+        return ElasticFlowOverhead(slot)
+    if kind == "none":
+        return NoOverhead()
+    if kind.startswith("rescale"):
+        seconds = kind.partition(":")[2] or "30"
+        return RescaleOverhead(int(seconds))
+    raise SpecError(
+        "--overhead", f"must be policy, elasticflow, none or rescale[:S] (got {kind!r})"
+    )
+
+
+class _Metered:
+    """Wraps a policy and its overhead model to measure CPU time and lost unit-seconds."""
+
+    def __init__(self, inner: Policy, overhead: OverheadModel | None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.model = overhead if overhead is not None else inner.overhead
+        self.overhead: OverheadModel = self
+        self.cpu_s = 0.0
+        self.lost_unit_s = 0.0
+
+    def decide(self, snap: SlotSnapshot) -> SlotDecision:
+        start = time.process_time()
+        out = self.inner.decide(snap)
+        self.cpu_s += time.process_time() - start
+        return out
+
+    def charge(self, placed: tuple[Placed, ...], *, decision: int, capacity: int) -> dict[str, int]:
+        charges = self.model.charge(placed, decision=decision, capacity=capacity)
+        units = {p.job_id: p.units for p in placed}
+        self.lost_unit_s += sum(s * units.get(j, 0) for j, s in charges.items())
+        return charges
+
+    def reset(self) -> None:
+        reset = getattr(self.model, "reset", None)
+        if callable(reset):
+            reset()
+
+
+def run_policy(
+    w: Workload,
+    name: str,
+    *,
+    slot: int,
+    speeds: str,
+    seed: int,
+    sigma: float,
+    bound: int | None,
+    timing: bool,
+    overhead: str = "policy",
+) -> PolicyRun:
+    """Simulate one policy on a workload and compute its metrics."""
+    from qosflow.sim.engine import SimConfig, simulate
+    from qosflow.sim.truth import Noise
+
+    policy = make_policy(name, speeds=speeds, table=w.table, slot=slot)
+    metered = _Metered(policy, overhead_model(overhead, slot))
+    config = SimConfig(
+        capacity=w.shape.total,
+        node_size=w.shape.gpus_per_node,
+        slot=slot,
+        seed=seed,
+        speeds="learned" if speeds == "learned" else "oracle",
+        noise=Noise(sigma=sigma),
+    )
+    start = time.perf_counter()
+    result = simulate(w.jobs, w.table, metered, config)
+    wall = time.perf_counter() - start
+    submits = {j.job_id: j.submit for j in w.jobs}
+    outcomes = tuple(
+        m.JobOutcome(
+            o.job_id,
+            submits[o.job_id],
+            o.deadline,
+            None if o.finish is None else float(o.finish),
+            o.rejected,
+            o.admitted,
+            o.rescales,
+            o.unit_seconds,
+        )
+        for o in result.outcomes
+    )
+    alloc = sum(o.gpu_seconds for o in outcomes)
+    first = min(submits.values())
+    usage = m.Usage(
+        capacity=w.shape.total,
+        span=max(result.end_time - first, 0.0),
+        allocated_unit_s=alloc,
+        busy_unit_s=max(alloc - metered.lost_unit_s, 0.0),
+        decisions=result.decisions,
+        policy_cpu_s=metered.cpu_s if timing else 0.0,
+    )
+    metrics = m.compute(
+        name, outcomes, usage, upper_bound=bound, wall_s=wall if timing else math.nan
+    )
+    if not timing:
+        metrics = dataclasses.replace(metrics, cpu_ms_per_decision=math.nan)
+    return PolicyRun(metrics, outcomes, result.usage)
+
+
+def _print_table(console: Console, runs: Sequence[PolicyRun], title: str) -> None:
+    table = Table(title=title)
+    cols = {
+        "policy": "policy",
+        "deadline_jobs": "jobs",
+        "met": "met",
+        "ratio": "ratio",
+        "upper_bound": "bound",
+        "fraction_of_bound": "of bound",
+        "met_guaranteed": "as guar.",
+        "met_best_effort": "as b-e",
+        "guarantee_violations": "viol.",
+        "utilisation": "util.",
+        "rescales": "rescales",
+        "wall_s": "wall s",
+    }
+    for key, header in cols.items():
+        table.add_column(header, justify="left" if key == "policy" else "right")
+    for run in runs:
+        row = run.metrics.row()
+        table.add_row(*(str(row[c]) for c in cols))
+    console.print(table)
+
+
+def _bound_of(w: Workload, time_limit: float, slot: float | None) -> UpperBound:
+    return upper_bound(bound_jobs(w), w.shape.total, slot=slot, time_limit=time_limit)
+
+
+def simulate_cmd(args: argparse.Namespace) -> int:
+    """``qosflow simulate``: run policies on a trace, write CSVs and plots, print the table."""
+    console = Console(width=max(Console().width, 150))
+    w = load_workload(args.trace, args.cluster, args.gpu_type, args.seed)
+    names = [p.strip() for p in args.policies.split(",") if p.strip()]
+    for name in names:
+        if name not in REGISTRY:
+            raise SpecError("--policies", f"unknown policy {name!r} (one of {', '.join(REGISTRY)})")
+    ub: UpperBound | None = None
+    if not args.no_bound:
+        with console.status("computing the upper bound"):
+            ub = _bound_of(w, args.bound_time_limit, None if len(w.jobs) > 400 else 1800.0)
+    overhead = args.overhead or ("rescale:5" if args.trace.startswith("seed") else "policy")
+    overhead_model(overhead, args.slot)  # validate before the first run
+    runs = []
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("simulating", total=len(names))
+        for name in names:
+            progress.update(task, description=f"simulating {name}")
+            runs.append(
+                run_policy(
+                    w,
+                    name,
+                    slot=args.slot,
+                    speeds=args.speeds,
+                    seed=args.seed,
+                    sigma=args.noise_sigma,
+                    bound=ub.value if ub else None,
+                    timing=not args.no_timing,
+                    overhead=overhead,
+                )
+            )
+            progress.advance(task)
+    title = (
+        f"{w.label} on {w.shape.nodes}x{w.shape.gpus_per_node}, slot {args.slot} s, {args.speeds}"
+    )
+    bound_ratio = ub.value / ub.deadline_jobs if ub and ub.deadline_jobs else None
+    files = write_all(
+        runs, Path(args.out), capacity=w.shape.total, bound_ratio=bound_ratio, title=title
+    )
+    _print_table(console, runs, title)
+    if ub is not None:
+        console.print(
+            f"upper bound {ub.value} of {ub.deadline_jobs} deadline jobs "
+            f"({ub.feasible_in_isolation} feasible in isolation; "
+            f"{'sufficient' if ub.sufficient else 'insufficient'} resources)"
+        )
+    console.print("wrote " + ", ".join(str(f) for f in files))
+    return 0
+
+
+def bound_cmd(args: argparse.Namespace) -> int:
+    """``qosflow bound``: every upper bound of a trace and their minimum."""
+    console = Console(width=max(Console().width, 150))
+    w = load_workload(args.trace, args.cluster, args.gpu_type, args.seed)
+    slot = None if args.slot <= 0 else float(args.slot)
+    with console.status("solving"):
+        start = time.perf_counter()
+        ub = upper_bound(
+            bound_jobs(w), w.shape.total, slot=slot, milp_b=args.milp, time_limit=args.time_limit
+        )
+        wall = time.perf_counter() - start
+    table = Table(title=f"upper bound: {w.label} on {w.shape.total} units")
+    for col in ("method", "bound", "raw", "proven", "detail"):
+        table.add_column(col)
+    for b in ub.bounds:
+        table.add_row(
+            b.method, str(b.value), f"{b.relaxed:.2f}", "yes" if b.optimal else "dual", b.detail
+        )
+    console.print(table)
+    console.print(f"deadline jobs: {ub.deadline_jobs}")
+    console.print(f"feasible in isolation: {ub.feasible_in_isolation}")
+    console.print(
+        f"upper bound: {ub.value} "
+        f"({'sufficient' if ub.sufficient else 'insufficient'} resources; {wall:.1f} s)"
+    )
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trace", required=True, help="trace CSV, or seed[:knob=value,...]")
+    p.add_argument("--cluster", default=None, help="NODESxUNITS, e.g. 16x8 (seed: 4x16)")
+    p.add_argument("--gpu-type", default="A100", help="A100, T4 or a throughputs_<X> folder")
+    p.add_argument("--seed", type=int, default=1, help="seed of the generator and the noise")
+
+
+def add_subcommands(sub: Any) -> None:
+    """Register ``simulate`` and ``bound`` on the ``qosflow`` CLI's subparsers."""
+    sim = sub.add_parser("simulate", help="run scheduling policies on a trace (simulator)")
+    _common(sim)
+    sim.add_argument("--slot", type=int, default=60, help="scheduling slot in seconds")
+    sim.add_argument("--policies", default=DEFAULT_POLICIES, help="comma-separated names")
+    sim.add_argument("--speeds", choices=("oracle", "learned"), default="oracle")
+    sim.add_argument("--noise-sigma", type=float, default=0.0, help="lognormal step-time noise")
+    sim.add_argument("--out", default="sim-out", help="output folder")
+    sim.add_argument(
+        "--overhead",
+        default=None,
+        help="overhead charged to every policy: policy (each its own; default for traces), "
+        "elasticflow, none, rescale[:SECONDS] (default rescale:5 for the CPU seed workload: in-place resize)",
+    )
+    sim.add_argument("--no-bound", action="store_true", help="skip the upper bound")
+    sim.add_argument("--bound-time-limit", type=float, default=30.0)
+    sim.add_argument(
+        "--no-timing",
+        action="store_true",
+        help="blank wall/CPU times so equal runs give byte-identical files",
+    )
+    sim.set_defaults(func=simulate_cmd)
+    bnd = sub.add_parser("bound", help="offline upper bound on jobs that can meet deadlines")
+    _common(bnd)
+    bnd.add_argument("--slot", type=int, default=1800, help="Bound B slot (0: skip Bound B)")
+    bnd.add_argument("--milp", action="store_true", help="also solve Bound B as a MILP")
+    bnd.add_argument("--time-limit", type=float, default=60.0, help="HiGHS limit per solve (s)")
+    bnd.set_defaults(func=bound_cmd)

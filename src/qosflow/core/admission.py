@@ -1,0 +1,385 @@
+"""Admission control: can a new job be guaranteed without breaking the jobs already guaranteed?
+
+1. **Energy test** (necessary, fast): for every deadline ``d``, the least unit-seconds the jobs due
+   by ``d`` need (levels mixed over time, conservative speeds) must fit in ``capacity * (d - now)``.
+2. **Backward fill** (constructive, ElasticFlow's minimum satisfactory share): in order of
+   effective deadline (deadline minus margin) each job gets the smallest unit cap at which its
+   remaining steps, filled backwards from its effective deadline into the free capacity (per slot
+   the fastest level within the cap and the free units), are done in time.
+
+Running guaranteed jobs keep their units for the first slot. Guaranteed jobs that cannot make it
+even alone are left out and reported at risk; any other that no longer fits blocks new guarantees.
+``rejected`` only when its policy is ``reject`` (or no size of it fits the cluster at all);
+otherwise ``best_effort``, even when the belief says it cannot make its deadline alone on the
+whole cluster: a belief never turns ``run_best_effort`` into "nothing ran". Both carry a counter-offer: the
+earliest slot edge (plus margin) that passes the same tests, by binary search. Slots are ``slot_s``
+for the first 240, then double every 120; every effective deadline is a slot edge.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from qosflow.core.errors import SpecError
+from qosflow.core.timeline import (
+    COARSE_BLOCK,
+    EPS,
+    FINE_SLOTS,
+    SNAPSHOT_EVERY,
+    Candidate,
+    FillJob,
+    FillPlan,
+    IntArray,
+    Placement,
+    Timeline,
+    backward_fill,
+    check_inputs,
+    edf,
+    fill_job,
+    hull_energy,
+    least_energy,
+    place_in_order,
+    timeline,
+)
+
+if TYPE_CHECKING:
+    from qosflow.core.predict import Belief
+    from qosflow.core.spec import IfNotGuaranteed, JobSpec
+
+__all__ = [
+    "COARSE_BLOCK",
+    "FINE_SLOTS",
+    "Candidate",
+    "FillPlan",
+    "Verdict",
+    "admit",
+    "backward_fill",
+    "candidate",
+    "least_energy",
+    "timeline",
+]
+
+Kind = Literal["guaranteed", "best_effort", "rejected"]
+
+
+def candidate(
+    spec: JobSpec,
+    belief: Belief,
+    *,
+    steps_done: int,
+    now: float,
+    guaranteed: bool = False,
+    running_units: int = 0,
+) -> Candidate:
+    """Build the admission view of a job from its spec and the current belief about its speed.
+
+    Levels are the job's allowed levels the belief lets us plan (at most the knee and the probe
+    limit); step times are the belief's conservative ones; the margin is
+    :func:`qosflow.core.decide.margin_for`.
+    """
+    from qosflow.core.decide import margin_for  # lazy: decide imports predict
+
+    limit = min(belief.knee, belief.probe_limit)
+    allowed = set(spec.resources.levels)
+    levels = tuple(n for n in belief.levels if n <= limit and n in allowed) or (spec.resources.min,)
+    steps = tuple(float(belief.conservative.step_time(n)) for n in levels)
+    return Candidate(
+        name=spec.name,
+        deadline=spec.deadline,
+        remaining_steps=max(spec.total_steps - steps_done, 0),
+        margin=margin_for(spec, now),
+        levels=levels,
+        step_time=tuple(t if t > 0.0 and not math.isnan(t) else math.inf for t in steps),
+        guaranteed=guaranteed,
+        running_units=running_units,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer of admission.
+
+    Attributes:
+        kind: ``guaranteed``, ``best_effort`` or ``rejected``.
+        units: Initial size of the new job: its minimal satisfactory share when guaranteed, the
+            smallest size meeting the deadline alone when best effort, 0 when rejected.
+        reason: One sentence with the numbers.
+        counter_offer: Earliest deadline (epoch seconds) that would be guaranteed, or ``None``.
+        reservations: Units the plan gives each guaranteed job in the first slot (now); empty
+            when the verdict needed no plan (no deadline, nothing left, no size fits).
+        shares: Minimal satisfactory share (unit cap) of each guaranteed job in the plan.
+        at_risk: Guaranteed jobs the plan cannot fit any more.
+    """
+
+    kind: Kind
+    units: int
+    reason: str
+    counter_offer: float | None
+    reservations: Mapping[str, int] = field(default_factory=dict)
+    shares: Mapping[str, int] = field(default_factory=dict)
+    at_risk: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (XCom, annotations)."""
+        plain = {k: getattr(self, k) for k in ("kind", "units", "reason", "counter_offer")}
+        maps = {"reservations": dict(self.reservations), "shares": dict(self.shares)}
+        return plain | maps | {"at_risk": list(self.at_risk)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        """Inverse of :meth:`to_dict`."""
+        offer = d.get("counter_offer")
+        return cls(
+            kind=d["kind"],
+            units=int(d["units"]),
+            reason=str(d["reason"]),
+            counter_offer=None if offer is None else float(offer),
+            reservations={str(k): int(v) for k, v in dict(d.get("reservations", {})).items()},
+            shares={str(k): int(v) for k, v in dict(d.get("shares", {})).items()},
+            at_risk=tuple(str(x) for x in d.get("at_risk", ())),
+        )
+
+
+# --------------------------------------------------------------------------- the energy test
+
+
+class _Energy:
+    """Prefix sums of the admitted jobs' least energy, ready to test a newcomer at any deadline."""
+
+    def __init__(self, order: Sequence[FillJob], now: float, supply: float) -> None:
+        self.now, self.supply = now, supply
+        self.dues = [j.due for j in order]
+        need = np.array([self._of(j, j.due) for j in order], dtype=np.float64)
+        self.cum = np.concatenate(([0.0], np.cumsum(need)))
+        self.slack = slack = supply * (np.array(self.dues) - now) - self.cum[1:]
+        self.head_min = np.minimum.accumulate(slack) if slack.size else slack
+        self.tail_min = np.minimum.accumulate(slack[::-1])[::-1] if slack.size else slack
+
+    def _of(self, job: FillJob, due: float) -> float:
+        return hull_energy(job.sp.hull, job.steps, due - self.now)
+
+    def check(self, job: FillJob, due: float) -> str | None:
+        """``None`` when the newcomer due at ``due`` passes, else why not."""
+        p = bisect.bisect_right(self.dues, due)
+        if p and self.head_min[p - 1] < -EPS * self.supply:
+            return "the jobs already guaranteed need more unit-hours than the cluster has"
+        mine = self._of(job, due)
+        have = self.supply * (due - self.now) - self.cum[p]
+        if mine > have * (1.0 + EPS):
+            k, when, need = p - 1, due, self.cum[p] + mine
+        elif p < len(self.dues) and self.tail_min[p] < mine * (1.0 - EPS):
+            k = p + int(np.argmin(self.slack[p:]))
+            when, need = self.dues[k], self.cum[k + 1] + mine
+        else:
+            return None
+        return (
+            f"the jobs due by {_iso(when)} would need {need / 3600:.1f} unit-hours but only "
+            f"{self.supply * max(when - self.now, 0.0) / 3600:.1f} exist"
+        )
+
+
+# --------------------------------------------------------------------------- admission
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _slot0(jobs: Sequence[FillJob], placed: Mapping[str, Placement]) -> dict[str, int]:
+    """Units each job holds in the first slot: running units, else its plan's first slot."""
+    out = {j.name: j.pin_units for j in jobs}
+    for name, p in placed.items():
+        if p.start == 0 < p.end and not out[name]:
+            out[name] = p.alloc if isinstance(p.alloc, int) else int(p.alloc[0])
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Setup:
+    healthy: list[FillJob]  # in deadline order
+    fresh: FillJob
+    tl: Timeline
+    energy: _Energy
+    at_risk: tuple[str, ...]
+
+
+def _setup(
+    new: Candidate,
+    admitted: Sequence[Candidate],
+    capacity: int,
+    now: float,
+    slot_s: float,
+    util: float,
+) -> _Setup:
+    others = [c for c in admitted if c.guaranteed and c.name != new.name and c.remaining_steps > 0]
+    if len({c.name for c in others}) < len(others):
+        raise SpecError("admitted", "guaranteed jobs must have unique names")
+    jobs = [fill_job(c, capacity, i) for i, c in enumerate(others)]
+    healthy = edf([j for j in jobs if j.alone_s <= j.due - now])
+    at_risk = tuple(j.name for j in jobs if j.alone_s > j.due - now)
+    fresh = fill_job(new, capacity, len(jobs))
+    latest = max([j.due for j in healthy] + [fresh.due, now])
+    horizon = latest + 1.01 * min(fresh.alone_s, 1e9) + slot_s
+    edges = timeline(now, horizon, slot_s, [j.due for j in healthy] + [fresh.due])
+    tl = Timeline(edges, capacity, slot_s, sum(j.pin_units for j in [*healthy, fresh]))
+    return _Setup(healthy, fresh, tl, _Energy(healthy, now, util * capacity), at_risk)
+
+
+def _offer(
+    s: _Setup,
+    base: Mapping[str, Placement],
+    base_failed: Sequence[str],
+    snapshots: Sequence[IntArray],
+    margin: float,
+) -> float | None:
+    """Earliest slot edge at which the newcomer passes both tests, by binary search."""
+    if base_failed or not s.fresh.top:
+        return None
+    order, dues, tl = s.healthy, s.energy.dues, s.tl
+
+    def passes(k: int) -> bool:
+        due = tl.edge_list[k]
+        if s.energy.check(s.fresh, due) is not None:
+            return False
+        p = bisect.bisect_right(dues, due)
+        tl.free = snapshots[p // SNAPSHOT_EVERY].copy()
+        for j in order[p - p % SNAPSHOT_EVERY : p]:
+            tl.apply(base[j.name])
+        return not place_in_order(tl, [replace(s.fresh, due=due), *order[p:]], stop=True)[1]
+
+    lo, hi = max(tl.index(s.fresh.due), 0), len(tl.edge_list) - 1
+    if not passes(hi):
+        return None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            hi = mid
+        else:
+            lo = mid
+    offer = tl.edge_list[hi] + margin
+    while offer - margin < tl.edge_list[hi]:  # the offer's due must not round below the edge
+        offer = math.nextafter(offer, math.inf)
+    return offer
+
+
+def admit(
+    new: Candidate,
+    admitted: Sequence[Candidate],
+    *,
+    capacity: int,
+    now: float,
+    if_not_guaranteed: IfNotGuaranteed = "run_best_effort",
+    slot_s: float = 60.0,
+    max_utilisation: float = 1.0,
+    counter_offer: bool = True,
+) -> Verdict:
+    """Decide whether ``new`` can be guaranteed next to the guaranteed jobs in ``admitted``.
+
+    Args:
+        new: The job asking for a guarantee.
+        admitted: Jobs admitted before; only ``guaranteed`` ones reserve capacity (one named like
+            ``new`` is ``new`` itself and ignored).
+        capacity: Units of the cluster.
+        now: Current time, epoch seconds.
+        if_not_guaranteed: ``run_best_effort`` or ``reject``.
+        slot_s: Length of the fine slots of the timeline.
+        max_utilisation: Share of the capacity the energy test counts on (packing slack).
+        counter_offer: Search the earliest deadline that would pass when ``new`` does not (a
+            binary search over the timeline; skip it when nobody will read the offer).
+
+    Raises:
+        SpecError: On a bad capacity, time, slot length or policy.
+    """
+    check_inputs(capacity, now, slot_s)
+    if if_not_guaranteed not in ("run_best_effort", "reject"):
+        raise SpecError(
+            "if_not_guaranteed", f"must be run_best_effort or reject (got {if_not_guaranteed!r})"
+        )
+    if not 0.0 < max_utilisation <= 1.0:
+        raise SpecError("max_utilisation", f"must be in (0, 1] (got {max_utilisation})")
+    sp = fill_job(new, capacity, 0).sp
+    if new.remaining_steps == 0:
+        return Verdict("guaranteed", 0, f"{new.name} has no steps left to run", None)
+    if sp.units.size < 2:
+        return Verdict(
+            "rejected", 0, f"no size of {new.name} fits {capacity} units with a known speed", None
+        )
+    if not math.isfinite(new.deadline):
+        return Verdict(
+            "best_effort", int(sp.units[1]), f"{new.name} has no deadline to guarantee", None
+        )
+    s = _setup(new, admitted, capacity, now, slot_s, max_utilisation)
+    why = _obstacle(s, new, now)
+    if why is None:
+        verdict = _guarantee(s, new)
+        if isinstance(verdict, Verdict):
+            return verdict
+        why = verdict
+    reject = if_not_guaranteed == "reject"
+    return _not_guaranteed(s, new, why, now=now, reject=reject, counter_offer=counter_offer)
+
+
+def _obstacle(s: _Setup, new: Candidate, now: float) -> str | None:
+    """Why ``new`` cannot be guaranteed before any placement (too slow alone, energy), or None."""
+    fresh = s.fresh
+    alone = f"{new.name} needs {fresh.alone_s / 3600:.2f} h even alone at {fresh.top} units"
+    if now + fresh.alone_s > new.deadline:
+        return f"{alone} but only {(new.deadline - now) / 3600:.2f} h are left"
+    if now + fresh.alone_s > fresh.due:  # in time for the deadline, not for its margin
+        return (
+            f"{alone} but only {(fresh.due - now) / 3600:.2f} h are left before its deadline "
+            f"minus a {new.margin:.0f} s margin"
+        )
+    return s.energy.check(fresh, fresh.due)
+
+
+def _guarantee(s: _Setup, new: Candidate) -> Verdict | str:
+    """The guarantee the backward fill finds room for, or why it finds none."""
+    fresh = s.fresh
+    k = bisect.bisect_right(s.energy.dues, fresh.due)
+    placed, failed = place_in_order(s.tl, [*s.healthy[:k], fresh, *s.healthy[k:]], stop=True)
+    if failed:
+        return (
+            f"no share of {new.name} up to {fresh.top} units fits before {_iso(fresh.due)}"
+            if failed[0] == new.name
+            else f"guaranteeing {new.name} would make {failed[0]} miss its deadline"
+        )
+    share = placed[new.name].share
+    return Verdict(
+        "guaranteed",
+        share,
+        f"{new.name} fits at {share} units next to {len(s.healthy)} guaranteed job(s), "
+        f"done by {_iso(fresh.due)} (deadline minus a {new.margin:.0f} s margin)",
+        None,
+        _slot0([*s.healthy, fresh], placed),
+        {k: p.share for k, p in placed.items()},
+        s.at_risk,
+    )
+
+
+def _not_guaranteed(
+    s: _Setup, new: Candidate, why: str, *, now: float, reject: bool, counter_offer: bool
+) -> Verdict:
+    """Best effort (or rejected, on request) with the guaranteed jobs' plan and a counter-offer.
+
+    A belief never turns run_best_effort into "nothing ran": even a job believed hopeless runs,
+    best-effort at its fastest size, and its own progress then shows what it can really do.
+    """
+    s.tl.reset()
+    snapshots: list[IntArray] = []
+    base, base_failed = place_in_order(s.tl, s.healthy, stop=False, snapshots=snapshots)
+    snapshots.append(s.tl.free.copy())
+    reservations, shares = _slot0(s.healthy, base), {k: p.share for k, p in base.items()}
+    offer = _offer(s, base, base_failed, snapshots, new.margin) if counter_offer else None
+    kind: Kind = "rejected" if reject else "best_effort"
+    units = 0 if kind == "rejected" else s.fresh.quickest(s.fresh.due - now)
+    why += f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""
+    at_risk = (*s.at_risk, *base_failed)
+    return Verdict(kind, units, f"not guaranteed: {why}", offer, reservations, shares, at_risk)

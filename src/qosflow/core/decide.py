@@ -1,0 +1,380 @@
+"""The decision: what to do with one deadline job this round, with the reason in words.
+
+Rules (DESIGN §3):
+
+* the minimal satisfactory share ``n*`` is the smallest allowed level, at most the knee, whose
+  conservative finish is at or before ``deadline - margin``; ``margin = max(margin_seconds, 5 % of
+  the time left)``;
+* ``scale_up`` at once to ``n*`` when the extra units are free (at most one level beyond the
+  largest observed size: a probe); ``bump`` (raise priority) when they are not free or the job is
+  still queued;
+* ``scale_down`` only when a smaller level (below the observed sizes: judged by a linear
+  slow-down) finishes by ``deadline - 2 * margin``, the dwell
+  time since the last rescale has passed, and the units given back for the rest of the run are
+  worth more than ``3 x overhead x current units``;
+* when no size is known to make it but levels up to the knee are still unexplored, probe upwards
+  (``scale_up``/``bump`` one level beyond the largest observed size): beyond the observed sizes
+  the belief is deliberately pessimistic, so "cannot make it" is not yet known;
+* at most one rescale per dwell period; ``at_risk`` when even the knee cannot make it (its
+  ``units`` is then the size to run at now: the knee, probe-limited, within the free units, or
+  the current size during the dwell);
+* ``done`` once every step is done; ``on_track`` otherwise (including "hold": a needed rescale
+  waits for the dwell to pass).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from qosflow.core.errors import SpecError
+from qosflow.core.predict import Belief, Prediction, predict
+from qosflow.core.spec import JobSpec
+from qosflow.core.speed import knee
+
+MARGIN_SHARE = 0.05
+"""Share of the time left kept as margin (when larger than the absolute margin)."""
+BENEFIT_FACTOR = 3.0
+"""A scale-down must give back more than this many times the rescale cost in unit-seconds."""
+
+
+class Action(StrEnum):
+    """What the act step does."""
+
+    DONE = "done"
+    ON_TRACK = "on_track"
+    SCALE_UP = "scale_up"
+    SCALE_DOWN = "scale_down"
+    BUMP = "bump"
+    AT_RISK = "at_risk"
+
+
+@dataclass(frozen=True, slots=True)
+class JobSnapshot:
+    """One job as the policy sees it this round.
+
+    Attributes:
+        spec: The job.
+        now: Current time (epoch seconds).
+        steps_done: Steps done so far.
+        units: Size it holds (running) or asked for (queued).
+        queued: True while it waits for capacity (no pod running).
+        last_rescale_at: When it was last rescaled, ``None`` if never.
+        rescale_overhead_s: Cost of a rescale (checkpoint, restart, warm-up) in seconds.
+    """
+
+    spec: JobSpec
+    now: float
+    steps_done: int
+    units: int
+    queued: bool
+    last_rescale_at: float | None
+    rescale_overhead_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of :func:`decide`.
+
+    Attributes:
+        action: What to do.
+        units: Target size (for ``on_track``/``done``: the current size).
+        reason: One sentence with the numbers behind it.
+        median_finish: Median finish at ``units`` (epoch seconds).
+        conservative_finish: Conservative finish at ``units``.
+        deadline: The job's deadline.
+        margin: The safety margin used.
+    """
+
+    action: Action
+    units: int
+    reason: str
+    median_finish: float
+    conservative_finish: float
+    deadline: float
+    margin: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form (for XCom); non-finite times become ``None``."""
+        return {
+            "action": self.action.value,
+            "units": self.units,
+            "reason": self.reason,
+            "median_finish": _json_time(self.median_finish),
+            "conservative_finish": _json_time(self.conservative_finish),
+            "deadline": _json_time(self.deadline),
+            "margin": self.margin,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Decision:
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            SpecError: Naming the field when ``d`` is not a decision.
+        """
+        try:
+            action = Action(d["action"])
+        except (KeyError, ValueError):
+            raise SpecError(
+                "decision.action", f"must be one of {[a.value for a in Action]}"
+            ) from None
+        try:
+            return cls(
+                action,
+                int(d["units"]),
+                str(d["reason"]),
+                _from_json_time(d["median_finish"]),
+                _from_json_time(d["conservative_finish"]),
+                _from_json_time(d["deadline"]),
+                float(d["margin"]),
+            )
+        except KeyError as exc:
+            raise SpecError(f"decision.{exc.args[0]}", "is required") from None
+        except (TypeError, ValueError) as exc:
+            raise SpecError("decision", f"malformed: {exc}") from None
+
+
+def _json_time(t: float) -> float | None:
+    return t if math.isfinite(t) else None
+
+
+def _from_json_time(v: Any) -> float:
+    return math.inf if v is None else float(v)
+
+
+def _dur(seconds: float) -> str:
+    """A duration in words-with-numbers: ``45 s``, ``12.5 min``, ``3.20 h``."""
+    if not math.isfinite(seconds):
+        return "never"
+    sign, s = ("-" if seconds < 0 else ""), abs(seconds)
+    if s < 120:
+        return f"{sign}{s:.0f} s"
+    if s < 7200:
+        return f"{sign}{s / 60:.1f} min"
+    return f"{sign}{s / 3600:.2f} h"
+
+
+def margin_for(spec: JobSpec, now: float) -> float:
+    """Safety margin: ``max(spec.margin_seconds, 5 % of the time left)``."""
+    left = spec.deadline - now
+    if not math.isfinite(left):
+        return float(spec.margin_seconds)
+    return float(max(spec.margin_seconds, MARGIN_SHARE * max(left, 0.0)))
+
+
+def _at(belief: Belief, snap: JobSnapshot, n: int) -> Prediction:
+    """Prediction at ``n`` units; a queued job changes size for free."""
+    return predict(
+        belief,
+        now=snap.now,
+        steps_done=snap.steps_done,
+        total_steps=snap.spec.total_steps,
+        units=n,
+        current_units=snap.units,
+        overhead_s=0.0 if snap.queued else snap.rescale_overhead_s,
+    )
+
+
+def minimal_share(belief: Belief, snap: JobSnapshot) -> int | None:
+    """Smallest level up to the knee whose conservative finish is by ``deadline - margin``."""
+    belief = _within_spec(belief, snap.spec)
+    target = snap.spec.deadline - margin_for(snap.spec, snap.now)
+    for n in belief.levels:
+        if n > belief.knee:
+            break
+        if _at(belief, snap, n).conservative_finish <= target:
+            return n
+    return None
+
+
+def _decision(
+    action: Action, pred: Prediction, reason: str, snap: JobSnapshot, margin: float
+) -> Decision:
+    return Decision(
+        action,
+        pred.units,
+        reason,
+        pred.median_finish,
+        pred.conservative_finish,
+        snap.spec.deadline,
+        margin,
+    )
+
+
+def _in_dwell(snap: JobSnapshot) -> bool:
+    last = snap.last_rescale_at
+    return last is not None and snap.now - last < snap.spec.dwell_seconds
+
+
+def _finish_words(pred: Prediction, snap: JobSnapshot) -> str:
+    return (
+        f"conservative finish at {pred.units} units in {_dur(pred.conservative_finish - snap.now)} "
+        f"(median {_dur(pred.median_finish - snap.now)})"
+    )
+
+
+def _budget_words(snap: JobSnapshot, margin: float) -> str:
+    left = snap.spec.deadline - snap.now
+    return f"{_dur(left)} left to the deadline, margin {_dur(margin)}"
+
+
+def _probe_words(belief: Belief, target: int, need: int | None) -> str:
+    top = max(belief.observed) if belief.observed else None
+    if top is None or (need is not None and target >= need):
+        return ""
+    wanted = f"{need} needed" if need is not None else "no observed size makes it"
+    return f" (probe: one level beyond the largest observed size {top}; {wanted})"
+
+
+def _grow(
+    snap: JobSnapshot, belief: Belief, margin: float, need: int | None, free_units: int
+) -> Decision:
+    """Scale up towards ``need`` (``None``: probe upwards because no size is known to make it)."""
+    goal = need if need is not None else belief.probe_limit
+    target = min(goal, max(belief.probe_limit, snap.units))
+    now_pred, pred = _at(belief, snap, snap.units), _at(belief, snap, target)
+    why = f"{_finish_words(now_pred, snap)} misses {_budget_words(snap, margin)}"
+    probe = _probe_words(belief, target, need)
+    if snap.queued:
+        reason = f"queued; {why}; raise priority to start at {target} units{probe}"
+        return _decision(Action.BUMP, pred, reason, snap, margin)
+    if target <= snap.units:  # the current size is not measured yet: the probe rule waits
+        reason = (
+            f"hold: {why}; {snap.units} units are not measured yet and the probe rule allows at "
+            f"most one level beyond the largest observed size ({goal} needed)"
+        )
+        return _decision(Action.ON_TRACK, now_pred, reason, snap, margin)
+    if _in_dwell(snap):
+        ago = snap.now - (snap.last_rescale_at or snap.now)
+        reason = (
+            f"hold: {why}; the last rescale was {_dur(ago)} ago, within the "
+            f"{_dur(snap.spec.dwell_seconds)} dwell, so scale to {target} units in "
+            f"{_dur(snap.spec.dwell_seconds - ago)}{probe}"
+        )
+        return _decision(Action.ON_TRACK, now_pred, reason, snap, margin)
+    extra = target - snap.units
+    if extra <= free_units:
+        reason = (
+            f"{why}; {extra} of {free_units} free units make it {target}{probe}: "
+            f"{_finish_words(pred, snap)}"
+        )
+        return _decision(Action.SCALE_UP, pred, reason, snap, margin)
+    reason = (
+        f"{why}; {target} units needed but only {free_units} of the {extra} extra are free: "
+        f"raise priority{probe}"
+    )
+    return _decision(Action.BUMP, pred, reason, snap, margin)
+
+
+def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> Decision | None:
+    if _in_dwell(snap) or snap.queued:
+        return None
+    # never below the observed range on the strength of the prior alone: belief_from_fit makes
+    # the conservative step time there at least a linear slow-down from the smallest observed size
+    top = max(belief.observed) if belief.observed else belief.levels[-1]
+    goal = snap.spec.deadline - 2.0 * margin
+    for n in belief.levels:
+        if n >= snap.units or n > top:
+            return None
+        pred = _at(belief, snap, n)
+        if pred.conservative_finish > goal:
+            continue
+        freed = (snap.units - n) * max(pred.median_finish - snap.now, 0.0)
+        cost = BENEFIT_FACTOR * snap.rescale_overhead_s * snap.units
+        if freed <= cost:
+            return None
+        reason = (
+            f"{_finish_words(pred, snap)} beats {_budget_words(snap, margin)} by twice the margin; "
+            f"giving back {snap.units - n} units frees {freed:.0f} unit-s (> {cost:.0f} rescale cost)"
+        )
+        return _decision(Action.SCALE_DOWN, pred, reason, snap, margin)
+    return None
+
+
+def _at_risk(snap: JobSnapshot, belief: Belief, margin: float, free_units: int) -> Decision:
+    """Even the best plannable size (knee, probe-limited) misses: run as fast as reachable now."""
+    cap = belief.best_plannable(snap.units)
+    reach = cap if snap.queued else min(cap, snap.units + max(free_units, 0))
+    holding = _in_dwell(snap) and not snap.queued
+    fits = [n for n in belief.levels if n <= reach]
+    target = snap.units if holding else (fits[-1] if fits else belief.levels[0])
+    best, pred = _at(belief, snap, cap), _at(belief, snap, target)
+    reason = (
+        f"at risk: even at {cap} units (knee {belief.knee}, probe limit {belief.probe_limit}) the "
+        f"{_finish_words(best, snap)} misses {_budget_words(snap, margin)}"
+    )
+    if holding:
+        reason += f"; holding {target} units within the {_dur(snap.spec.dwell_seconds)} dwell"
+    elif target != cap:
+        reason += f"; {target} units reachable now: {_finish_words(pred, snap)}"
+    return _decision(Action.AT_RISK, pred, reason, snap, margin)
+
+
+def _too_big(snap: JobSnapshot, belief: Belief, margin: float, need: int) -> Decision:
+    """The current size (above the knee) misses, a smaller one would make it, but not by 2x margin."""
+    here = _at(belief, snap, snap.units)
+    target = snap.units if _in_dwell(snap) else need
+    pred = _at(belief, snap, target)
+    reason = (
+        f"{_finish_words(here, snap)} misses {_budget_words(snap, margin)} (above the knee at "
+        f"{belief.knee}); {need} units would make it, but not by twice the margin; "
+        f"running at {target} units: {_finish_words(pred, snap)}"
+    )
+    return _decision(Action.AT_RISK, pred, reason, snap, margin)
+
+
+def _within_spec(belief: Belief, spec: JobSpec) -> Belief:
+    """The belief restricted to the spec's levels (a caller may have built it on more sizes)."""
+    allowed = set(spec.resources.levels)
+    if set(belief.levels) <= allowed:
+        return belief
+    levels = tuple(n for n in belief.levels if n in allowed) or tuple(spec.resources.levels)
+    return replace(belief, levels=levels, knee=knee(belief.median, levels))
+
+
+def decide(snap: JobSnapshot, belief: Belief, *, free_units: int) -> Decision:
+    """Decide this round's action for one job.
+
+    Args:
+        snap: The job now.
+        belief: Its speed belief.
+        free_units: Units available to this job beyond what it holds (the resource status).
+
+    Returns:
+        The :class:`Decision`; its ``units`` is always one of ``belief.levels`` unless the job keeps
+        a current size outside them (``on_track``/``done``).
+    """
+    spec = snap.spec
+    belief = _within_spec(belief, spec)
+    margin = margin_for(spec, snap.now)
+    here = _at(belief, snap, snap.units)
+    if snap.steps_done >= spec.total_steps:
+        return _decision(Action.DONE, here, f"all {spec.total_steps} steps are done", snap, margin)
+    if not math.isfinite(spec.deadline):
+        reason = f"best-effort job without a deadline; {_finish_words(here, snap)}"
+        return _decision(Action.ON_TRACK, here, reason, snap, margin)
+    if not any(math.isfinite(belief.median.step_time(n)) for n in belief.levels):
+        reason = (
+            f"measuring: no steady progress window yet at {snap.units} units, so no size can be "
+            "promised; no rescale on a blind guess"
+        )
+        return _decision(Action.ON_TRACK, here, reason, snap, margin)
+    need = minimal_share(belief, snap)
+    if need is None and snap.units < belief.probe_limit < belief.knee:
+        return _grow(snap, belief, margin, None, free_units)  # unexplored sizes may make it
+    if need is None:
+        return _at_risk(snap, belief, margin, free_units)
+    if need > snap.units:
+        return _grow(snap, belief, margin, need, free_units)
+    if need < snap.units:
+        down = _shrink(snap, belief, margin)
+        if down is not None:
+            return down
+        if here.conservative_finish > spec.deadline - margin:
+            return _too_big(snap, belief, margin, need)
+    reason = f"{_finish_words(here, snap)} meets {_budget_words(snap, margin)}"
+    return _decision(Action.ON_TRACK, here, reason, snap, margin)

@@ -1,0 +1,298 @@
+"""Finish-time prediction: a median and a conservative finish for any candidate size.
+
+``finish(n) = now + overhead(n_cur -> n) + remaining_steps * tau(n)``. The median uses the step time
+measured at ``n`` (by this run or earlier runs of the key), else the fitted model; the conservative
+finish uses that measurement's upper 90 % bound, else the 90th percentile of the bootstrap step times at
+``n`` (wide where ``n`` was never observed), inflated by a split-conformal factor learnt from logged
+(predicted, realised) remaining times — 1.15 before any exist. Past one node it never counts on a
+size larger than every measured one.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+from qosflow.core.fit import FitResult, Measured, anchored
+from qosflow.core.speed import FloatArray, SpeedCurve, TableCurve, features, knee
+from qosflow.core.windows import SETTLED_WINDOWS
+
+DEFAULT_FACTOR = 1.15
+"""Conformal inflation used before any (predicted, realised) pair has been logged."""
+QUANTILE = 0.9
+"""Bootstrap quantile of the step time used by the conservative curve."""
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Split-conformal inflation of predicted remaining time.
+
+    Attributes:
+        factor: Multiplier on remaining time that covered the target share of past predictions.
+        n: Number of (predicted, realised) pairs it was learnt from (0: the default).
+    """
+
+    factor: float = DEFAULT_FACTOR
+    n: int = 0
+
+
+def calibrate(pairs: Sequence[tuple[float, float]], *, coverage: float = 0.9) -> Calibration:
+    """Learn the conformal factor from logged (predicted remaining s, realised remaining s) pairs.
+
+    The factor is the ``ceil(coverage * (m + 1))``-th smallest of the ``m`` ratios realised /
+    predicted (finite-sample coverage under exchangeability). With too few pairs for that rank
+    the factor is the larger of the default and the largest ratio. It is never below 1, so the
+    conservative finish never precedes the median.
+
+    Args:
+        pairs: (predicted, realised) remaining seconds; pairs with a non-positive or non-finite
+            prediction are ignored.
+        coverage: Target share of realised times at or below the inflated prediction.
+    """
+    ratios = np.array(
+        [r / p for p, r in pairs if p > 0 and math.isfinite(p) and math.isfinite(r) and r >= 0],
+        dtype=np.float64,
+    )
+    m = int(ratios.size)
+    if m == 0:
+        return Calibration()
+    rank = math.ceil(min(max(coverage, 0.0), 1.0) * (m + 1))
+    if rank > m:
+        return Calibration(max(DEFAULT_FACTOR, float(ratios.max())), m)
+    factor = float(np.partition(ratios, rank - 1)[rank - 1])
+    return Calibration(max(factor, 1.0), m)
+
+
+@dataclass(frozen=True, slots=True)
+class Belief:
+    """What a policy believes about one job's speed.
+
+    Attributes:
+        median: Expected step time by size.
+        conservative: Pessimistic step time by size (bootstrap quantile x conformal factor).
+        levels: Sizes the job may run at, ascending.
+        knee: The level with the highest median throughput; never plan above it.
+        observed: Sizes with measured step times; the probe rule plans at most one level beyond
+            the largest (empty: nothing measured, every level plannable).
+    """
+
+    median: SpeedCurve
+    conservative: SpeedCurve
+    levels: tuple[int, ...]
+    knee: int
+    observed: tuple[int, ...] = ()
+
+    @property
+    def probe_limit(self) -> int:
+        """Largest level the probe rule allows now."""
+        if not self.observed:
+            return self.levels[-1]
+        top = max(self.observed)
+        return next((n for n in self.levels if n > top), self.levels[-1])
+
+    def best_plannable(self, units: int) -> int:
+        """The fastest size a job now at ``units`` may be planned at.
+
+        The knee, unless the probe rule stops short of it (beyond the measured sizes the
+        conservative bound is the prior's, not the job's); the current size always counts.
+        """
+        return min(self.knee, max(self.probe_limit, units))
+
+
+def belief_from_fit(
+    fit: FitResult,
+    levels: Sequence[int],
+    calibration: Calibration,
+    *,
+    quantile: float = QUANTILE,
+    known: Sequence[Measured] = (),
+) -> Belief:
+    """The belief a fit supports over the allowed levels.
+
+    Where a size was measured (by this run, or by earlier runs of the key: ``known``), the median
+    step time is the measurement (:func:`qosflow.core.fit.anchored`) and the conservative one is its
+    upper ``quantile`` bound (normal, on the measurement's standard error) times the conformal
+    factor; elsewhere the median is the fitted model and the conservative
+    step time the bootstrap quantile times the factor. Below the smallest measured size it is at
+    least a linear slow-down from there (``tau(m) * m / n``). Past one node, a size larger than
+    every measured one is never faster than the best size at or below the larger of the node and
+    the largest measured size (the fit cannot bound the cross-node cost there).
+
+    Args:
+        fit: A speed fit (a failed fit yields the prior's, or an infinite, step time).
+        levels: Allowed sizes.
+        calibration: Conformal inflation of the conservative curve.
+        quantile: Bootstrap quantile of the conservative step time at unmeasured sizes.
+        known: What earlier runs of the key measured (:func:`qosflow.core.fit.measured` of the key's
+            history, the data the fit's prior was fitted on). Those sizes count as observed, for
+            the probe rule and the slow-down rule, next to the job's own, and their medians
+            anchor the belief there. Only measurements of the prior's data may be passed: a size
+            no fit behind the belief saw is an extrapolation, whoever ran there.
+    """
+    ordered = tuple(sorted(set(levels)))
+    median = anchored(fit.model, fit.measured, known)
+    factor = max(calibration.factor, 1.0)
+    model_med = fit.model.step_times(ordered)
+    if fit.bootstrap:
+        params = np.array([(m.t0, m.t1, m.t2, m.t3, m.t4) for m in fit.bootstrap])
+        reps = params @ features(ordered, fit.model.node_size).T
+        cons = np.maximum(np.quantile(reps, quantile, axis=0), model_med)
+    else:
+        cons = model_med
+    at, z = median.measured, NormalDist().inv_cdf(min(max(quantile, 0.5), 0.999))
+    upper = {n: v * math.exp(z * median.errors.get(n, 0.0)) for n, v in at.items()}
+    cons = np.array([upper.get(n, c) for n, c in zip(ordered, cons.tolist(), strict=True)]) * factor
+    observed = tuple(sorted(at))  # the job's own measured sizes and those of ``known``
+    if observed:
+        # below the smallest observed size, never assume better than linear slow-down: the
+        # prior is pessimistic about scaling *up*, which makes it optimistic about scaling down
+        low = observed[0]
+        ns = np.array(ordered, dtype=np.float64)
+        at_low = float(median.step_time(low)) * factor * low
+        cons = np.where(ns < low, np.maximum(cons, at_low / ns), cons)
+    cons = _measured_scaling_cap(cons, ordered, fit.model.node_size, observed)
+    table = {  # a step time that underflowed to 0 is the fastest representable, not "no speed"
+        n: (1.0 / max(c, sys.float_info.min) if c >= 0 and math.isfinite(c) else 0.0)
+        for n, c in zip(ordered, cons.tolist(), strict=True)
+    }
+    return Belief(
+        median, TableCurve(table), ordered, _settled_knee(median, ordered, fit, known), observed
+    )
+
+
+def _settled_knee(
+    median: SpeedCurve, ordered: tuple[int, ...], fit: FitResult, known: Sequence[Measured]
+) -> int:
+    """The throughput knee, never below a size whose measurement is still thin.
+
+    A knee below ``n`` says "``n`` units are no faster than fewer": a few windows (the first
+    minute after a rescale, on a host busy with something else) must not say that for good. So
+    a measured size with fewer than :data:`~qosflow.core.windows.SETTLED_WINDOWS` clean windows (this
+    run's and earlier runs' together) keeps the knee at least at itself until it has them; then
+    the measurement rules.
+    """
+    windows: dict[int, int] = {}
+    for m in (*fit.measured, *known):
+        windows[m.units] = windows.get(m.units, 0) + m.windows
+    fastest = knee(median, ordered)
+    thin = [n for n in ordered if n > fastest and 0 < windows.get(n, 0) < SETTLED_WINDOWS]
+    return max(thin, default=fastest)
+
+
+def _measured_scaling_cap(
+    cons: FloatArray, ordered: tuple[int, ...], node_size: int, observed: tuple[int, ...]
+) -> FloatArray:
+    """Past one node, never count on a size larger than every measured one.
+
+    Beyond a node the terms that dominate there (the linear ``t3 * (n - 1)`` and the cross-node
+    ``t4``) are identified only by data there: before a size above the node was measured every
+    bootstrap replicate keeps the prior's ``t4``, and one level past the largest measured
+    multi-node size the 90th percentile swings with each new window (on ElasticFlow's T4 imagenet
+    curve, between 0.8 and 4.3 s a step on one job, decision to decision). So at every size above
+    both the node and the largest measured size, the conservative step time is at least the best
+    one at or below the larger of the two. Within a node the probe rule may still plan one level
+    past the measurements.
+    """
+    inside = np.asarray(ordered) <= max(node_size, max(observed, default=0))
+    if not inside.any():
+        return cons
+    return np.where(inside, cons, np.maximum(cons, float(cons[inside].min())))
+
+
+def oracle_belief(curve: SpeedCurve, levels: Sequence[int]) -> Belief:
+    """A belief that knows the truth: conservative equals median, every level is plannable."""
+    ordered = tuple(sorted(set(levels)))
+    return Belief(curve, curve, ordered, knee(curve, ordered), ())
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """Finish times of one job at one size (epoch seconds)."""
+
+    units: int
+    median_finish: float
+    conservative_finish: float
+    remaining_steps: int
+
+
+def predict(
+    belief: Belief,
+    *,
+    now: float,
+    steps_done: int,
+    total_steps: int,
+    units: int,
+    current_units: int,
+    overhead_s: float = 0.0,
+) -> Prediction:
+    """Median and conservative finish if the job ran at ``units`` from ``now``.
+
+    Args:
+        belief: The job's speed belief.
+        now: Current time.
+        steps_done: Steps done so far.
+        total_steps: Steps of the whole job.
+        units: Candidate size.
+        current_units: Size it runs at now; a different ``units`` pays ``overhead_s``.
+        overhead_s: Rescale cost (checkpoint, restart, warm-up) in seconds.
+    """
+    remaining = max(total_steps - steps_done, 0)
+    if remaining == 0:
+        return Prediction(units, now, now, 0)
+    start = now + (overhead_s if units != current_units else 0.0)
+    return Prediction(
+        units,
+        float(start + remaining * belief.median.step_time(units)),
+        float(start + remaining * belief.conservative.step_time(units)),
+        remaining,
+    )
+
+
+def schedule(
+    belief: Belief,
+    *,
+    start: float,
+    steps_done: int,
+    total_steps: int,
+    units: int,
+    deadline: float,
+    margin: float,
+    points: int = 50,
+) -> list[tuple[float, int]]:
+    """The deadline-derived schedule: steps that must be done by each instant.
+
+    At time ``t`` the job must have done ``total - (deadline - margin - t) / tau_c(units)`` steps,
+    ``tau_c`` the conservative step time: behind this line, the conservative finish at ``units`` is
+    after ``deadline - margin`` (exactly where :func:`qosflow.core.decide.decide` stops being on track).
+
+    Args:
+        belief: The job's speed belief.
+        start: First instant of the schedule.
+        steps_done: Steps done at ``start`` (kept for symmetry with :func:`predict`).
+        total_steps: Steps of the whole job.
+        units: The chosen size.
+        deadline: The deadline.
+        margin: Safety margin before the deadline.
+        points: Number of instants, evenly spaced from ``start`` to ``deadline - margin``.
+
+    Returns:
+        ``(time, steps)`` pairs; steps are within ``[0, total_steps]`` and non-decreasing.
+    """
+    del steps_done  # the line does not depend on where the job is now
+    target = deadline - margin
+    tau = belief.conservative.step_time(units)
+    if not math.isfinite(target):
+        return [(start, 0)]
+    end = max(target, start)
+    times = np.linspace(start, end, max(points, 2))
+    if not math.isfinite(tau) or tau <= 0:
+        need = np.full(times.size, float(total_steps))
+    else:
+        need = total_steps - (target - times) / tau
+    steps = np.clip(np.ceil(need - 1e-9), 0, total_steps).astype(np.int64)
+    return [(float(t), int(s)) for t, s in zip(times, steps, strict=True)]

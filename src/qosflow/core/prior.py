@@ -1,0 +1,71 @@
+"""What a key's history says: its fit (the next run's prior) and its runs laid end to end.
+
+Pure functions over samples already read (from the history store in a deployment, from the
+simulator's record of completed runs in simulation), so the plan step, the watch and the
+simulator turn a key's history into a prior the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the speed model pulls in scipy: not for a process that only writes samples
+    from qosflow.core.fit import FitResult
+    from qosflow.core.speed import ProgressSample, SpeedModel
+
+HISTORY_LIMIT = 5000
+"""Newest samples of a key a plan or a watch reads (``HistoryStore.history``)."""
+
+
+def fit_of(
+    history: Sequence[ProgressSample], node_size: int, *, now: float | None = None
+) -> FitResult | None:
+    """The fit of a key's history, or ``None`` when it is empty or cannot be fitted.
+
+    Its ``model`` is the prior (:func:`prior_of`); its ``measured`` is what that prior was
+    fitted on, size by size, which a new run of the key counts as measured (``known``). Only
+    evidence counts: contended windows are left out, and windows older than
+    :data:`qosflow.core.windows.STALE_S` before ``now`` give way to newer ones
+    (:func:`qosflow.core.windows.usable`). A size measured for only a few windows still counts,
+    but cannot put the knee below itself (``qosflow.core.predict``).
+    """
+    from qosflow.core.fit import fit
+    from qosflow.core.windows import stale_before
+
+    if not history:
+        return None
+    result = fit(history, node_size=node_size, stale_before=stale_before(now))
+    return result if result.success else None
+
+
+def prior_of(
+    history: Sequence[ProgressSample], node_size: int, *, now: float | None = None
+) -> SpeedModel | None:
+    """The prior a key's history gives (``HistoryStore.prior`` on already-read samples)."""
+    result = fit_of(history, node_size, now=now)
+    return result.model if result is not None else None
+
+
+RUN_GAP_S = 60.0
+"""Seconds between two runs laid end to end (more than any sampling interval)."""
+
+
+def end_to_end(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
+    """Samples in recording order with overlapping runs shifted after one another.
+
+    A new run starts where, in recording order, time goes back or the step counter drops.
+    """
+    from qosflow.core.speed import ProgressSample
+
+    out: list[ProgressSample] = []
+    shift, end = 0.0, -math.inf
+    for i, s in enumerate(samples):
+        prev = samples[i - 1] if i else None
+        if prev is None or s.time < prev.time or s.steps_done < prev.steps_done:  # a new run
+            shift = max(end + RUN_GAP_S - s.time, 0.0)
+        t = s.time + shift
+        out.append(ProgressSample(t, s.steps_done, s.units, s.share))
+        end = max(end, t)
+    return out

@@ -1,0 +1,414 @@
+"""The capacity timeline and the backward fill behind admission's guarantees.
+
+The timeline cuts the future into slots: ``slot_s`` long for the first :data:`FINE_SLOTS`, then
+doubling every :data:`COARSE_BLOCK`, with extra edges at given marks (the effective deadlines).
+The fill engine places jobs in deadline order, each backwards from its effective deadline into the
+free units, at its minimal satisfactory share (ElasticFlow): the smallest unit cap at which its
+remaining steps, run per slot at the fastest level within the cap and the free units, are done in
+time. :func:`least_energy` gives the least unit-seconds a job needs, the bound of the energy test.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from qosflow.core.errors import SpecError
+
+__all__ = [
+    "COARSE_BLOCK",
+    "EPS",
+    "FINE_SLOTS",
+    "SNAPSHOT_EVERY",
+    "Candidate",
+    "FillJob",
+    "FillPlan",
+    "Placement",
+    "Speeds",
+    "Timeline",
+    "backward_fill",
+    "check_inputs",
+    "edf",
+    "fill_job",
+    "hull_energy",
+    "least_energy",
+    "place_in_order",
+    "speeds_of",
+    "timeline",
+]
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+FINE_SLOTS = 240
+"""Slots of exactly ``slot_s`` at the start of the timeline."""
+COARSE_BLOCK = 120
+"""After the fine slots, the slot length doubles every this many slots."""
+EPS = 1e-9
+"""Relative tolerance of every capacity and work comparison of the fill."""
+SNAPSHOT_EVERY = 64
+""":func:`place_in_order` keeps the free units before every this many placed jobs."""
+
+
+def check_inputs(capacity: int, now: float, slot_s: float) -> None:
+    """Refuse a capacity below 1, a non-finite time or a slot that is not > 0 (``SpecError``)."""
+    if capacity < 1:
+        raise SpecError("capacity", f"must be >= 1 (got {capacity})")
+    if not math.isfinite(now):
+        raise SpecError("now", f"must be a finite time (got {now})")
+    if not (slot_s > 0.0 and math.isfinite(slot_s)):
+        raise SpecError("slot_s", f"must be > 0 (got {slot_s})")
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One job as admission sees it.
+
+    Attributes:
+        name: Job name (unique among the jobs admitted together).
+        deadline: Deadline, epoch seconds (``inf``: no deadline).
+        remaining_steps: Steps still to run.
+        margin: Safety margin in seconds; the job must finish by ``deadline - margin``.
+        levels: Allowed sizes, ascending.
+        step_time: Conservative seconds per step at each level (``inf``: not plannable).
+        guaranteed: Whether the job already holds a guarantee.
+        running_units: Units it runs on now (0: not running).
+    """
+
+    name: str
+    deadline: float
+    remaining_steps: int
+    margin: float
+    levels: tuple[int, ...]
+    step_time: tuple[float, ...]
+    guaranteed: bool = False
+    running_units: int = 0
+
+    def __post_init__(self) -> None:
+        lv, st = self.levels, self.step_time
+        for bad, name, rule in (
+            (not lv or lv[0] < 1 or list(lv) != sorted(set(lv)), "levels", "ascending sizes >= 1"),
+            (len(st) != len(lv) or any(not t > 0.0 for t in st), "step_time", "> 0 per level"),
+            (self.remaining_steps < 0, "remaining_steps", ">= 0"),
+            (not 0.0 <= self.margin < math.inf, "margin", "a finite number >= 0"),
+            (math.isnan(self.deadline), "deadline", "a number"),
+            (self.running_units < 0, "running_units", ">= 0"),
+        ):
+            if bad:
+                got = getattr(self, name)
+                raise SpecError(f"candidate[{self.name}].{name}", f"must be {rule} (got {got})")
+
+    @property
+    def due(self) -> float:
+        """Effective deadline: ``deadline - margin``."""
+        return self.deadline - self.margin
+
+
+@dataclass(frozen=True, slots=True)
+class Speeds:
+    """A job's speed frontier (levels faster than all smaller ones) and energy hull."""
+
+    units: IntArray
+    rates: FloatArray
+    hull: tuple[tuple[float, float], ...]
+    pin_rate: float
+    rate_list: tuple[float, ...]
+
+
+@functools.lru_cache(maxsize=65_536)
+def speeds_of(
+    levels: tuple[int, ...], step_time: tuple[float, ...], capacity: int, running: int
+) -> Speeds:
+    """A job's speed frontier within ``capacity`` and its energy hull (cached: jobs repeat)."""
+    units, rates, pin_rate = [0], [0.0], 0.0
+    for n, t in zip(levels, step_time, strict=True):
+        rate = 1.0 / t if math.isfinite(t) else 0.0
+        if n <= running:
+            pin_rate = max(pin_rate, rate)
+        if n <= capacity and rate > rates[-1]:
+            units.append(n)
+            rates.append(rate)
+    hull: list[tuple[float, float]] = []
+    for c in zip(rates, map(float, units), strict=True):  # lower hull; rates and units ascend
+        while len(hull) >= 2 and (
+            (hull[-1][1] - hull[-2][1]) * (c[0] - hull[-2][0])
+            >= (c[1] - hull[-2][1]) * (hull[-1][0] - hull[-2][0])
+        ):
+            hull.pop()
+        hull.append(c)
+    arrays = np.array(units, dtype=np.int64), np.array(rates, dtype=np.float64)
+    return Speeds(*arrays, tuple(hull), pin_rate, tuple(rates))
+
+
+def hull_energy(hull: Sequence[tuple[float, float]], steps: float, window: float) -> float:
+    """Least unit-seconds for ``steps`` within ``window`` on an energy hull (``inf``: too slow)."""
+    if steps <= 0.0:
+        return 0.0
+    if window <= 0.0 or len(hull) < 2:
+        return math.inf
+    x = steps / window
+    if x > hull[-1][0] * (1.0 + EPS):
+        return math.inf
+    for (x1, y1), (x2, y2) in itertools.pairwise(hull):
+        if x <= x2:
+            return window * (y1 + (y2 - y1) * (x - x1) / (x2 - x1))
+    return window * hull[-1][1]
+
+
+def least_energy(
+    levels: Sequence[int], step_time: Sequence[float], steps: float, window: float
+) -> float:
+    """Least unit-seconds to run ``steps`` within ``window`` seconds, mixing levels over time.
+
+    The two-row LP ``min sum(t_n * n)`` s.t. ``sum(t_n / step_time_n) >= steps``,
+    ``sum(t_n) <= window``, solved on the lower convex hull of ``(0, 0)`` and ``(rate_n, n)``: the
+    optimum runs the whole window at the average rate ``steps / window``. ``inf`` when even the
+    fastest level is too slow.
+    """
+    sp = speeds_of(tuple(levels), tuple(step_time), max(levels, default=0), 0)
+    return hull_energy(sp.hull, steps, window)
+
+
+@dataclass(frozen=True, slots=True)
+class FillJob:
+    """One job inside the fill: its effective deadline, steps left, speeds and pinned units."""
+
+    name: str
+    order: int
+    due: float
+    steps: float
+    sp: Speeds
+    pin_units: int
+
+    @property
+    def top(self) -> int:
+        """Fastest level within the capacity (0: none has a known speed)."""
+        return int(self.sp.units[-1])
+
+    @property
+    def alone_s(self) -> float:
+        """Seconds at the fastest level with the whole cluster."""
+        return self.steps / float(self.sp.rates[-1]) if self.top else math.inf
+
+    def quickest(self, window: float) -> int:
+        """Smallest level done within ``window`` seconds, else the fastest."""
+        fits = (
+            n
+            for n, r in zip(self.sp.units[1:], self.sp.rates[1:], strict=True)
+            if self.steps <= r * window
+        )
+        return int(next(fits, self.top))
+
+
+def fill_job(c: Candidate, capacity: int, order: int) -> FillJob:
+    """The fill's view of a candidate; ``order`` breaks deadline ties (insertion order)."""
+    pin = c.running_units if c.guaranteed else 0
+    sp = speeds_of(c.levels, c.step_time, capacity, pin)
+    return FillJob(c.name, order, c.due, float(c.remaining_steps), sp, pin)
+
+
+def timeline(now: float, horizon: float, slot_s: float, marks: Sequence[float]) -> FloatArray:
+    """Slot edges from ``now`` past ``horizon``: a fine grid, then doubling slots, plus ``marks``."""
+    span = max(horizon - now, slot_s)
+    lengths: list[FloatArray] = [np.full(FINE_SLOTS, slot_s)]
+    covered, length = FINE_SLOTS * slot_s, slot_s
+    while covered < span:
+        length *= 2.0
+        lengths.append(np.full(COARSE_BLOCK, length))
+        covered += COARSE_BLOCK * length
+    grid = now + np.concatenate(([0.0], np.cumsum(np.concatenate(lengths))))
+    grid = grid[: int(np.searchsorted(grid, now + span, side="left")) + 1]
+    inside = np.array([m for m in marks if now < m <= grid[-1]], dtype=np.float64)
+    return np.unique(np.concatenate((grid, inside)))
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where the fill put a job: slots ``[start, end)``, units per slot, its share (unit cap)."""
+
+    start: int
+    end: int
+    alloc: IntArray | int  # units per slot of [start, end), or one level throughout
+    share: int
+
+
+class Timeline:
+    """Free units per slot, mutated as jobs are placed (a local workspace, never shared)."""
+
+    def __init__(self, edges: FloatArray, capacity: int, slot_s: float, pinned: int) -> None:
+        self.edges = edges
+        self.edge_list: list[float] = edges.tolist()
+        self.lens = np.diff(edges)
+        self.npin = bisect.bisect_left(self.edge_list, self.edge_list[0] + slot_s)
+        self.free0 = np.full(self.lens.size, capacity, dtype=np.int64)
+        self.free0[: self.npin] = max(capacity - pinned, 0)
+        self.free = self.free0.copy()
+
+    def reset(self) -> None:
+        """Forget every placement."""
+        self.free = self.free0.copy()
+
+    def index(self, t: float) -> int:
+        """Index of the last edge at or before ``t``."""
+        return bisect.bisect_right(self.edge_list, t) - 1
+
+    def apply(self, p: Placement) -> None:
+        """Take a placement's units out of the free units."""
+        self.free[p.start : p.end] -= p.alloc
+
+    def place(self, job: FillJob) -> Placement | None:
+        """Minimal satisfactory share of ``job`` by backward fill; ``None`` when it cannot fit."""
+        end = self.index(job.due)
+        first = self.npin if job.pin_units else 0
+        need = job.steps
+        if job.pin_units:
+            need -= job.sp.pin_rate * (self.edge_list[min(end, self.npin)] - self.edge_list[0])
+        if need <= EPS * max(job.steps, 1.0):
+            return Placement(end, end, 0, job.pin_units)
+        if end <= first:
+            return None
+        target, rates = need * (1.0 - EPS), job.sp.rates
+        span = self.edge_list[end] - self.edge_list[first]
+        lo = bisect.bisect_left(job.sp.rate_list, target, key=lambda r: r * span)
+        if lo >= rates.size:
+            return None
+        start = max(self.index(self.edge_list[end] - target / float(rates[lo])), first)
+        cap = int(job.sp.units[lo])
+        if int(self.free[start:end].min()) >= cap:  # the whole block at one level fits
+            return Placement(start, end, cap, cap)
+        hint, hi = 4 * (end - start) + 16, rates.size - 1
+        best = self._fill(job, lo, first, end, target, hint)
+        if best is None and hi > lo:
+            best = self._fill(job, hi, first, end, target, end)  # whole window at once
+            lo += 1
+            while best is not None and lo < hi:  # smallest cap in [lo, hi] that fits
+                mid = (lo + hi) // 2
+                got = self._fill(job, mid, first, end, target, hint)
+                if got is None:
+                    lo = mid + 1
+                else:
+                    best, hi = got, mid
+        return best
+
+    def _fill(
+        self, job: FillJob, i: int, first: int, end: int, target: float, hint: int
+    ) -> Placement | None:
+        """Backward fill under cap ``units[i]``: per slot the best level within cap and free."""
+        cap, lo = int(job.sp.units[i]), max(first, end - hint)
+        units, rates = job.sp.units, job.sp.rates
+        while True:  # a window near the deadline first, widened only when needed
+            idx = units.searchsorted(np.minimum(self.free[lo:end], cap), "right") - 1
+            work = rates[idx] * self.lens[lo:end]
+            if work.sum() >= target:  # cheap; the running sum only when the window suffices
+                back = int(work[::-1].cumsum().searchsorted(target))
+                if back < work.size:
+                    start = end - 1 - back
+                    return Placement(start, end, units[idx[start - lo :]], cap)
+            if lo == first:
+                return None
+            hint *= 4
+            lo = max(first, end - hint)
+
+
+@dataclass(frozen=True, slots=True)
+class FillPlan:
+    """A backward-fill plan, the evidence behind a guarantee.
+
+    Attributes:
+        edges: Slot edges (epoch seconds), one more than slots.
+        free: Units left free in each slot after every placement.
+        units: Per job, the units it gets in each slot (running units in the pinned slots).
+        shares: Per placed job, its minimal satisfactory share (unit cap).
+        failed: Jobs (in deadline order) the fill could not place.
+        pinned_slots: Leading slots in which running guaranteed jobs keep their units.
+    """
+
+    edges: FloatArray
+    free: IntArray
+    units: Mapping[str, IntArray]
+    shares: Mapping[str, int]
+    failed: tuple[str, ...]
+    pinned_slots: int
+
+    @property
+    def ok(self) -> bool:
+        """Whether every job was placed."""
+        return not self.failed
+
+
+def edf(jobs: Sequence[FillJob]) -> list[FillJob]:
+    """Jobs in earliest-effective-deadline order, ties by insertion."""
+    return sorted(jobs, key=lambda j: (j.due, j.order))
+
+
+def place_in_order(
+    tl: Timeline,
+    order: Sequence[FillJob],
+    *,
+    stop: bool,
+    snapshots: list[IntArray] | None = None,
+) -> tuple[dict[str, Placement], list[str]]:
+    """Place ``order`` one by one; ``snapshots`` gets the free units before every 64th job."""
+    placed: dict[str, Placement] = {}
+    failed: list[str] = []
+    for i, job in enumerate(order):
+        if snapshots is not None and i % SNAPSHOT_EVERY == 0:
+            snapshots.append(tl.free.copy())
+        got = tl.place(job)
+        if got is None:
+            failed.append(job.name)
+            if stop:
+                break
+        else:
+            tl.apply(got)
+            placed[job.name] = got
+    return placed, failed
+
+
+def backward_fill(
+    jobs: Sequence[Candidate],
+    *,
+    capacity: int,
+    now: float,
+    slot_s: float = 60.0,
+    first: Collection[str] = (),
+) -> FillPlan:
+    """Backward-fill every job with a finite deadline and steps left, in deadline order.
+
+    This is the constructive test :func:`qosflow.core.admission.admit` runs; it is public so that a
+    guarantee can be checked against its plan. Running guaranteed jobs keep ``running_units`` in
+    the first slot. Jobs named in ``first`` are placed before all others (in deadline order among
+    themselves): a guarantee that no longer fits behind the others is repaired by placing it
+    ahead of them.
+    """
+    check_inputs(capacity, now, slot_s)
+    js = [
+        fill_job(c, capacity, i)
+        for i, c in enumerate(jobs)
+        if c.remaining_steps and c.due < math.inf
+    ]
+    dues = [j.due for j in js]
+    tl = Timeline(
+        timeline(now, max([*dues, now]), slot_s, dues),
+        capacity,
+        slot_s,
+        sum(j.pin_units for j in js),
+    )
+    ahead = edf([j for j in js if j.name in first])
+    placed, failed = place_in_order(
+        tl, [*ahead, *edf([j for j in js if j.name not in first])], stop=False
+    )
+    units = {j.name: np.zeros(tl.lens.size, dtype=np.int64) for j in js}
+    for j in js:
+        units[j.name][: tl.npin] = j.pin_units
+    for name, p in placed.items():
+        units[name][p.start : p.end] = p.alloc
+    shares = {k: p.share for k, p in placed.items()}
+    return FillPlan(tl.edges, tl.free.copy(), units, shares, tuple(failed), tl.npin)
