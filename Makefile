@@ -57,7 +57,7 @@ check: lint typecheck contracts pytest-unit
 
 # Every bench prints `key: value` lines; bench/RESULTS.md is written from them (date, machine).
 bench: venv
-	@mkdir -p .qosflow; set -o pipefail; for b in bench/*_bench.py; do echo "== $$b"; $(PY) $$b || exit 1; done \
+	@mkdir -p .qosflow; set -o pipefail; for b in bench/*_bench.py bench/fault_campaign.py; do echo "== $$b"; $(PY) $$b || exit 1; done \
 	  | tee .qosflow/bench.log
 	$(PY) bench/results.py .qosflow/bench.log > bench/RESULTS.md
 

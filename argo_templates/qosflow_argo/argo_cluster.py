@@ -5,9 +5,9 @@ capacity and the Workflow custom resource (for the priority merge-patch) through
 The same class talks to a real cluster and to the embedded local cluster (``qosflow.local``).
 
 Idempotency: the workflow of a segment has the deterministic name ``workflow_name(job, segment)``.
-``submit`` creates it; when the server answers 409 AlreadyExists (a retried submit, or a caller that
-crashed between create and recording it) it returns the existing workflow, so a segment never runs
-twice. Every manifest is validated (:func:`~qosflow_argo.contract.check_manifest`) before it is sent.
+``submit`` creates it; when the server answers 409 AlreadyExists (a retried submit, a re-planned
+run, or a caller that crashed between create and recording it) it returns the existing workflow
+when it is the same submit (:mod:`qosflow_argo.adopt`), so a segment never runs twice. Every manifest is validated (:func:`~qosflow_argo.contract.check_manifest`) before it is sent.
 """
 
 from __future__ import annotations
@@ -22,10 +22,8 @@ from typing import Any
 import requests
 
 from qosflow.core.cluster import (
-    ANNOTATION_DEADLINE,
     LABEL_JOB,
     LABEL_MANAGED,
-    LABEL_SEGMENT,
     Capacity,
     JobStatus,
     ResizeResult,
@@ -36,6 +34,7 @@ from qosflow.core.errors import ClusterError, NotFoundError, SpecError
 from qosflow.core.spec import Unit
 from qosflow.core.usage import UsageReport, usage_in_log
 from qosflow_argo import manifests
+from qosflow_argo.adopt import check_same_submit
 from qosflow_argo.argo_server import ArgoServer
 from qosflow_argo.capacity import free_capacity
 from qosflow_argo.contract import check_manifest
@@ -45,7 +44,6 @@ from qosflow_argo.resize import MEMORY_SHRINK_VERSION, resize_body, resize_memor
 from qosflow_argo.retry import Retrier, RetryPolicy
 from qosflow_argo.workflow_status import (
     WORKFLOW_LABEL,
-    arguments,
     job_status,
     main_container,
     phase_of,
@@ -244,10 +242,12 @@ class ArgoCluster:
     def submit(self, request: SubmitRequest) -> JobStatus:
         """Create the segment's workflow, or return it when this very submit already made it.
 
-        On 409 AlreadyExists the existing workflow is adopted only when it is a genuine retry of
-        the same submit: same job and segment labels, same deadline annotation, same submitted
-        units and total steps. A job name reused on another run (a new deadline) is refused, so
-        yesterday's workflow is never taken for today's, and no second workflow is created.
+        On 409 AlreadyExists the existing workflow is adopted only when it is the same submit
+        (:func:`~qosflow_argo.adopt.check_same_submit`): same job and segment labels, and the same
+        run identity in the plan annotation (a re-planned run re-attaches whatever it sized);
+        without run identities, the same deadline annotation, submitted units and total steps.
+        A job name reused on another run is refused, so yesterday's workflow is never taken for
+        today's, and no second workflow is created.
 
         Raises:
             SpecError: The request makes an invalid manifest (nothing was sent).
@@ -268,10 +268,8 @@ class ArgoCluster:
             if exc.status != 409:
                 raise
             existing = self.argo.get_workflow(request.name)
-            _check_same_submit(existing, manifest, request)
-            log.info(
-                "submit %s: already exists (a retry of the same submit), adopting it", request.name
-            )
+            check_same_submit(existing, manifest, request)
+            log.info("submit %s: already exists (the same submit), adopting it", request.name)
             return self._status(existing)
         log.info("submitted %s (%d %s)", request.name, request.units, request.unit)
         return job_status(created)
@@ -382,49 +380,18 @@ class ArgoCluster:
     def ensure_installed(self) -> dict[str, str]:
         """Create or update the WorkflowTemplate and the PriorityClass ladder (idempotent).
 
+        The runtime account (``argo_templates/rbac.yaml``) may read PriorityClasses and update
+        the ladder's, not create them: with the ladder installed (by an administrator,
+        ``kubectl apply -f argo_templates/priority-classes.yaml``) this needs no ``create``.
+
         Returns:
             Object name → ``created`` | ``updated`` | ``unchanged``.
+
+        Raises:
+            LadderMissing: Ladder classes are missing and this account may not create them; the
+                message names them and the install command.
         """
         return Installer(self.argo, self.kube).ensure(self.namespace, self.template)
-
-
-_SAME_SUBMIT = ("units", "steps")
-
-
-def _check_same_submit(
-    existing: dict[str, Any], manifest: dict[str, Any], request: SubmitRequest
-) -> None:
-    """Raise unless ``existing`` is the workflow ``manifest`` would create (a retried submit).
-
-    Raises:
-        ClusterError: Status 409, not retryable, naming the workflow and what differs.
-    """
-    meta = existing.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    if labels.get(LABEL_JOB) != request.job or labels.get(LABEL_SEGMENT) != str(request.segment):
-        raise ClusterError(
-            f"workflow {request.name} exists but is not segment {request.segment} "
-            f"of job {request.job}",
-            status=409,
-        )
-    have = (meta.get("annotations") or {}).get(ANNOTATION_DEADLINE, "<missing>")
-    want = manifest["metadata"]["annotations"][ANNOTATION_DEADLINE]
-    if have != want:
-        raise ClusterError(
-            f"workflow {request.name} already exists for another run of job {request.job}: "
-            f"its deadline is {have}, this submit's is {want}; use a new job name per run "
-            "(or delete the old workflow)",
-            status=409,
-        )
-    have_args, want_args = arguments(existing), arguments(manifest)
-    differ = [k for k in _SAME_SUBMIT if have_args.get(k) != want_args.get(k)]
-    if differ:
-        shown = ", ".join(f"{k} {have_args.get(k)} != {want_args.get(k)}" for k in differ)
-        raise ClusterError(
-            f"workflow {request.name} already exists with other arguments ({shown}; deadline "
-            f"{have}): it is not a retry of this submit",
-            status=409,
-        )
 
 
 def manifests_units(wf: dict[str, Any]) -> int | None:

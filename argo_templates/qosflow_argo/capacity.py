@@ -4,6 +4,9 @@ A pod's request is the larger of the sum over its containers and the largest ini
 its ``spec.overhead``; while a resize is pending the scheduler counts the larger of desired and
 allocated, so this does too. Unschedulable nodes (cordoned) are left out. A ``worker`` unit is one
 pod: its capacity is the node's ``pods`` allocatable minus its pods.
+
+Pods of every namespace hold node capacity, so the pods come from a cluster-wide list: the reason
+the runtime account has ``list pods`` (read-only, nothing else) in all namespaces.
 """
 
 from __future__ import annotations

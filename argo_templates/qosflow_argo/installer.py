@@ -4,6 +4,14 @@ Idempotent: an object that already matches is left alone, one that drifted is up
 current ``resourceVersion``), a missing one is created, and a create that races another installer
 (409) is treated as "exists". A PriorityClass whose ``value`` or ``preemptionPolicy`` differs cannot
 be updated (Kubernetes forbids it); that is reported as a clear error instead of a 422.
+
+PriorityClasses are cluster-scoped and Kubernetes cannot restrict ``create`` by name, so qosflow's
+runtime account may only read them and update the ladder's own classes
+(:mod:`qosflow_argo.rbac`). Creating the ladder is an install step run with the installer's own
+rights (``kubectl apply -f argo_templates/priority-classes.yaml``, or ``ensure_installed()`` as an
+administrator). When the ladder exists, installing needs no ``create``; when a class is missing and
+the account may not create it, :class:`LadderMissing` names every missing class and the command
+that installs them.
 """
 
 from __future__ import annotations
@@ -18,6 +26,28 @@ from qosflow_argo.contract import check_manifest
 from qosflow_argo.kube import KubeApi
 
 IMMUTABLE = ("value", "preemptionPolicy")
+INSTALL_LADDER = "kubectl apply -f argo_templates/priority-classes.yaml"
+FORBIDDEN = 403
+
+
+class LadderMissing(ClusterError):
+    """PriorityClasses of the ladder are missing and this account may not create them.
+
+    Attributes:
+        missing: Names of the missing classes.
+        detail: The API server's refusal of the create.
+    """
+
+    def __init__(self, missing: list[str], detail: str) -> None:
+        """Name the missing classes, the refusal and how to install them."""
+        self.missing = list(missing)
+        self.detail = detail
+        super().__init__(
+            f"PriorityClass {', '.join(missing)} missing, and this account may not create "
+            f"PriorityClasses ({detail}): creating the ladder is an install step run with the "
+            f"installer's own rights: `{INSTALL_LADDER}` (see docs/real-cluster.md)",
+            status=FORBIDDEN,
+        )
 
 
 def covers(actual: Any, desired: Any) -> bool:
@@ -44,13 +74,27 @@ class Installer:
         self.kube = kube
 
     def ensure(self, namespace: str, template_name: str) -> dict[str, str]:
-        """Install or update everything; returns object name → created/updated/unchanged."""
+        """Install or update everything; returns object name → created/updated/unchanged.
+
+        Raises:
+            LadderMissing: Some ladder classes are missing and this account may not create them
+                (the others are still checked, so the error names every missing class).
+        """
         result = {
             f"WorkflowTemplate/{template_name}": self.ensure_template(namespace, template_name)
         }
+        missing: list[str] = []
+        refusal = ""
         for klass in manifests.priority_classes():
             check_manifest(klass)
-            result[f"PriorityClass/{klass['metadata']['name']}"] = self.ensure_priority_class(klass)
+            name = klass["metadata"]["name"]
+            try:
+                result[f"PriorityClass/{name}"] = self.ensure_priority_class(klass)
+            except LadderMissing as exc:
+                missing += exc.missing
+                refusal = refusal or exc.detail
+        if missing:
+            raise LadderMissing(missing, refusal)
         return result
 
     def ensure_template(self, namespace: str, name: str) -> str:
@@ -78,7 +122,12 @@ class Installer:
         return "updated"
 
     def ensure_priority_class(self, desired: dict[str, Any]) -> str:
-        """One PriorityClass of the ladder."""
+        """One PriorityClass of the ladder: read it, create it only when it is missing.
+
+        Raises:
+            LadderMissing: It is missing and the create was forbidden (403).
+            ClusterError: Its immutable fields differ, or a needed update was refused.
+        """
         name = desired["metadata"]["name"]
         try:
             existing = self.kube.read_priority_class(name)
@@ -87,6 +136,8 @@ class Installer:
                 self.kube.create_priority_class(desired)
                 return "created"
             except ClusterError as exc:
+                if exc.status == FORBIDDEN:
+                    raise LadderMissing([name], str(exc)) from exc
                 if exc.status != 409:
                     raise
                 existing = self.kube.read_priority_class(name)
@@ -101,5 +152,16 @@ class Installer:
             return "unchanged"
         update = copy.deepcopy(desired)
         update["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
-        self.kube.replace_priority_class(update)
+        try:
+            self.kube.replace_priority_class(update)
+        except ClusterError as exc:
+            if exc.status != FORBIDDEN:
+                raise
+            raise ClusterError(
+                f"PriorityClass {name} differs from the ladder (labels or description) and this "
+                f"account may not update it ({exc}): apply argo_templates/rbac.yaml, whose "
+                f"qosflow-priorityclasses role may update the ladder's classes, or run "
+                f"`{INSTALL_LADDER}`",
+                status=FORBIDDEN,
+            ) from exc
         return "updated"

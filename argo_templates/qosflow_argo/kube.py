@@ -140,7 +140,11 @@ class KubeApi:
         return list(data.get("items") or [])
 
     def list_active_pods(self) -> list[dict[str, Any]]:
-        """Non-terminal pods of every namespace (they hold node capacity)."""
+        """Non-terminal pods of every namespace (they hold node capacity).
+
+        The one cluster-wide pod read qosflow makes: ``list pods`` in all namespaces, granted
+        read-only by the ``qosflow-capacity`` ClusterRole (:mod:`qosflow_argo.rbac`).
+        """
         data = self.call(
             "LIST pods (all namespaces)",
             self._core.list_pod_for_all_namespaces,

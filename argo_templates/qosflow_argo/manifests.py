@@ -15,6 +15,14 @@ and the trainer itself receives SIGTERM; trainer options arrive as ``QOSFLOW_*``
 variables. ``resume`` is ``true`` for a checkpoint-restart segment and ``auto`` otherwise, so a pod
 retried by the ``retryStrategy`` resumes from its newest checkpoint (use a fresh ``checkpoint_dir``
 per job run).
+
+The ``retryStrategy`` (:data:`RETRY_LIMIT` retries, backoff :data:`RETRY_BACKOFF`) has no
+``backoff.maxDuration``: Argo counts that from the *first* attempt's start, so a bound of minutes
+would never retry a segment that trained longer than that. The bound is the job's deadline
+instead: every segment's Workflow carries ``activeDeadlineSeconds`` (deadline − submit time +
+grace), and Argo v4 starts no retry past the workflow's deadline ("retry exceeded workflow
+deadline", ``processNodeRetries`` in ``workflow/controller/operator.go``). A best-effort segment
+(no deadline) is bounded by the retry limit alone.
 """
 
 from __future__ import annotations
@@ -46,6 +54,9 @@ ENTRYPOINT = {"cpu": "train-cpu", "gpu": "train-gpu"}
 GPU_RESOURCE = "nvidia.com/gpu"
 DEFAULT_GRACE_S = 1800.0
 TERMINATION_GRACE_S = 60
+RETRY_LIMIT = 3
+RETRY_BACKOFF: dict[str, Any] = {"duration": "10s", "factor": 2}
+"""Waits of 10 s, 20 s, 40 s between the attempts; no ``maxDuration`` (see the module docstring)."""
 
 PARAMETERS: dict[str, str] = {
     "job": "qosflow-job",
@@ -105,9 +116,7 @@ def _container_template(name: str, resources: dict[str, str], *, resizable: bool
         labels={LABEL_JOB: _param("job"), LABEL_SEGMENT: _param("segment"), LABEL_MANAGED: "true"},
         annotations={"workflows.argoproj.io/progress": "0/" + _param("steps")},
         retry_strategy=RetryStrategy(
-            limit=3,
-            retry_policy="Always",
-            backoff=Backoff(duration="10s", factor=2, max_duration="5m"),
+            limit=RETRY_LIMIT, retry_policy="Always", backoff=Backoff(**RETRY_BACKOFF)
         ),
     )
 

@@ -1,14 +1,24 @@
 """Least-privilege RBAC for qosflow on a real cluster.
 
-Two identities, each with only what it uses:
+Two identities, each with only what it uses, every rule naming its resources:
 
-* ``qosflow`` — the controller side (Airflow workers, the CLI). In its namespace: create/get/list/
-  watch/patch Argo ``workflows`` (patch is the priority bump), get/create/update the
-  ``workflowtemplates`` (``ensure_installed``), get/list ``pods``, get ``pods/log`` (the
-  trainer's CPU usage lines, :mod:`qosflow.core.usage`) and patch ``pods/resize`` (in-place
-  resize; ``patch pods`` does not grant it). Cluster-wide, read-only: ``nodes`` and ``pods`` (free
-  capacity = node allocatable minus pod requests), and get/create/update ``priorityclasses`` (the
-  ladder; values are immutable, so there is no delete).
+* ``qosflow`` — the controller side (Airflow workers, the CLI).
+
+  - In its namespace (a Role): create/get/list/watch/patch Argo ``workflows`` (patch is the
+    priority bump), create ``workflowtemplates`` and get/update the ``qosflow-train`` one by name
+    (``ensure_installed``), get/list
+    ``pods``, get ``pods/log`` (the trainer's CPU usage lines, :mod:`qosflow.core.usage`) and patch
+    ``pods/resize`` (in-place resize; ``patch pods`` does not grant it).
+  - Cluster-wide, read-only (ClusterRole ``qosflow-capacity``): list ``nodes`` and list ``pods``.
+    Free capacity is node allocatable minus the requests of the pods on the node, and pods of
+    *every* namespace hold node capacity, so the list cannot be narrower; there is no ``get`` or
+    ``watch``, and nothing that writes.
+  - PriorityClasses (ClusterRole ``qosflow-priorityclasses``): get/list every class, update only
+    the ladder's classes (``resourceNames``). Kubernetes cannot restrict ``create`` by name, so
+    creating the ladder is an install step run with the installer's own rights
+    (``kubectl apply -f argo_templates/priority-classes.yaml``); at run time
+    :meth:`~qosflow_argo.installer.Installer.ensure_priority_class` only reads (and repairs) it.
+
 * ``qosflow-executor`` — the service account of the training pods. Argo's executor needs
   create/patch on ``workflowtaskresults`` to report progress (without it progress stays at 0/1).
 """
@@ -18,13 +28,20 @@ from __future__ import annotations
 from typing import Any
 
 from qosflow.core.cluster import LABEL_MANAGED
-from qosflow_argo.manifests import CLIENT_ACCOUNT, EXECUTOR_ACCOUNT, NAMESPACE
+from qosflow_argo.manifests import CLIENT_ACCOUNT, EXECUTOR_ACCOUNT, NAMESPACE, TEMPLATE_NAME
 
 _RBAC = "rbac.authorization.k8s.io/v1"
+CAPACITY_ROLE = f"{CLIENT_ACCOUNT}-capacity"
+PRIORITY_ROLE = f"{CLIENT_ACCOUNT}-priorityclasses"
 
 
-def _rule(group: str, resources: list[str], verbs: list[str]) -> dict[str, Any]:
-    return {"apiGroups": [group], "resources": resources, "verbs": verbs}
+def _rule(
+    group: str, resources: list[str], verbs: list[str], names: list[str] | None = None
+) -> dict[str, Any]:
+    rule: dict[str, Any] = {"apiGroups": [group], "resources": resources, "verbs": verbs}
+    if names is not None:
+        rule["resourceNames"] = names
+    return rule
 
 
 def _meta(name: str, namespace: str | None) -> dict[str, Any]:
@@ -38,6 +55,10 @@ def _account(name: str, namespace: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, namespace)}
 
 
+def _role(kind: str, name: str, namespace: str | None, rules: list[Any]) -> dict[str, Any]:
+    return {"apiVersion": _RBAC, "kind": kind, "metadata": _meta(name, namespace), "rules": rules}
+
+
 def _binding(kind: str, name: str, namespace: str, role_kind: str, account: str) -> dict[str, Any]:
     """A (Cluster)RoleBinding of role ``name`` to exactly the ServiceAccount ``account``."""
     return {
@@ -49,36 +70,50 @@ def _binding(kind: str, name: str, namespace: str, role_kind: str, account: str)
     }
 
 
+def ladder_names() -> list[str]:
+    """The PriorityClass names of the ladder (``qosflow.core.priority.LADDER``)."""
+    from qosflow.core.priority import LADDER
+
+    return [k.name for k in LADDER]
+
+
 def rbac(namespace: str = NAMESPACE) -> list[dict[str, Any]]:
-    """ServiceAccounts, Roles, RoleBindings and the read-only ClusterRole, in apply order."""
-    client_role = {
-        "apiVersion": _RBAC,
-        "kind": "Role",
-        "metadata": _meta(CLIENT_ACCOUNT, namespace),
-        "rules": [
+    """ServiceAccounts, Roles, RoleBindings and the two ClusterRoles, in apply order."""
+    client_role = _role(
+        "Role",
+        CLIENT_ACCOUNT,
+        namespace,
+        [
             _rule("argoproj.io", ["workflows"], ["create", "get", "list", "watch", "patch"]),
-            _rule("argoproj.io", ["workflowtemplates"], ["get", "create", "update"]),
+            # create cannot be restricted by name in Kubernetes; get and update can
+            _rule("argoproj.io", ["workflowtemplates"], ["create"]),
+            _rule("argoproj.io", ["workflowtemplates"], ["get", "update"], [TEMPLATE_NAME]),
             _rule("", ["pods"], ["get", "list"]),
             _rule("", ["pods/log"], ["get"]),
             _rule("", ["pods/resize"], ["patch"]),
         ],
-    }
-    executor_role = {
-        "apiVersion": _RBAC,
-        "kind": "Role",
-        "metadata": _meta(EXECUTOR_ACCOUNT, namespace),
-        "rules": [_rule("argoproj.io", ["workflowtaskresults"], ["create", "patch"])],
-    }
-    capacity = f"{CLIENT_ACCOUNT}-capacity"
-    cluster_role = {
-        "apiVersion": _RBAC,
-        "kind": "ClusterRole",
-        "metadata": _meta(capacity, None),
-        "rules": [
-            _rule("", ["nodes", "pods"], ["get", "list"]),
-            _rule("scheduling.k8s.io", ["priorityclasses"], ["get", "create", "update"]),
+    )
+    executor_role = _role(
+        "Role",
+        EXECUTOR_ACCOUNT,
+        namespace,
+        [_rule("argoproj.io", ["workflowtaskresults"], ["create", "patch"])],
+    )
+    capacity_role = _role(
+        "ClusterRole",
+        CAPACITY_ROLE,
+        None,
+        [_rule("", ["nodes"], ["list"]), _rule("", ["pods"], ["list"])],
+    )
+    priority_role = _role(
+        "ClusterRole",
+        PRIORITY_ROLE,
+        None,
+        [
+            _rule("scheduling.k8s.io", ["priorityclasses"], ["get", "list"]),
+            _rule("scheduling.k8s.io", ["priorityclasses"], ["update"], ladder_names()),
         ],
-    }
+    )
     return [
         _account(CLIENT_ACCOUNT, namespace),
         client_role,
@@ -86,6 +121,8 @@ def rbac(namespace: str = NAMESPACE) -> list[dict[str, Any]]:
         _account(EXECUTOR_ACCOUNT, namespace),
         executor_role,
         _binding("RoleBinding", EXECUTOR_ACCOUNT, namespace, "Role", EXECUTOR_ACCOUNT),
-        cluster_role,
-        _binding("ClusterRoleBinding", capacity, namespace, "ClusterRole", CLIENT_ACCOUNT),
+        capacity_role,
+        _binding("ClusterRoleBinding", CAPACITY_ROLE, namespace, "ClusterRole", CLIENT_ACCOUNT),
+        priority_role,
+        _binding("ClusterRoleBinding", PRIORITY_ROLE, namespace, "ClusterRole", CLIENT_ACCOUNT),
     ]

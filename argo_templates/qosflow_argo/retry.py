@@ -3,6 +3,13 @@
 A call is retried when it failed *transiently*: HTTP 429 (honouring ``Retry-After``), 500, 502, 503,
 504, a dropped or reset connection, or a timeout. Everything else (4xx) fails at once. The clock,
 the sleep and the random generator are injected, so tests run without waiting and reproducibly.
+
+The limit is **time**, not a count of tries: by default a call keeps trying for
+``budget_s = 60`` seconds (sleeps and tries included), waiting ``uniform(0, min(8, 0.25 × 2^k))``
+seconds before try ``k + 1``, or what the server's ``Retry-After`` asks when that is longer. The
+last wait is cut to what is left of the budget, so one more try is made at its end; a
+``Retry-After`` beyond the budget gives up at once. An outage of a few seconds therefore costs a
+few seconds, never the operation (a count of six tries ran out after about 4 s).
 """
 
 from __future__ import annotations
@@ -60,14 +67,16 @@ class RetryPolicy:
     """How hard to try.
 
     Attributes:
-        attempts: Most tries of one call, the first included.
+        attempts: Most tries of one call, the first included; ``None`` (the default): as many
+            as fit in the budget.
         base_s: Backoff before the second try; doubles every try (full jitter below it).
         max_backoff_s: Cap of one backoff.
-        budget_s: Most seconds one call may spend, sleeps included.
+        budget_s: Most seconds one call may spend before its last try starts, sleeps included
+            (a try itself is bounded by ``timeout_s``).
         timeout_s: Per-request (connect, read) timeout given to the HTTP layer.
     """
 
-    attempts: int = 6
+    attempts: int | None = None
     base_s: float = 0.25
     max_backoff_s: float = 8.0
     budget_s: float = 60.0
@@ -92,8 +101,18 @@ class Retrier:
             wait = max(wait, retry_after)
         return wait
 
+    def next_wait(self, attempt: int, elapsed: float, retry_after: float | None) -> float | None:
+        """Seconds to wait before try ``attempt + 1``, or ``None`` when it is time to give up."""
+        left = self.policy.budget_s - elapsed
+        cap = self.policy.attempts
+        if left <= 0 or (cap is not None and attempt >= cap):
+            return None
+        if retry_after is not None and retry_after > left:
+            return None
+        return min(self.backoff(attempt, retry_after), left)
+
     def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run ``fn`` until it succeeds, fails permanently, or the attempts/budget run out.
+        """Run ``fn`` until it succeeds, fails permanently, or the time budget runs out.
 
         Args:
             what: Short description for logs and errors (``GET workflow x``); no secrets.
@@ -110,10 +129,11 @@ class Retrier:
                 return fn()
             except TransientError as exc:
                 elapsed = self.clock() - start
-                wait = self.backoff(attempt, exc.retry_after)
-                if attempt >= self.policy.attempts or elapsed + wait > self.policy.budget_s:
+                wait = self.next_wait(attempt, elapsed, exc.retry_after)
+                if wait is None:
                     raise ClusterError(
-                        f"{what}: gave up after {attempt} tries in {elapsed:.1f}s: {exc}",
+                        f"{what}: gave up after {attempt} tries in {elapsed:.1f}s "
+                        f"(budget {self.policy.budget_s:.0f}s): {exc}",
                         status=exc.status,
                         retryable=True,
                     ) from None

@@ -43,7 +43,9 @@ def job_id(name: str, *parts: object) -> str:
     """A job id unique per planned run: ``<name[:56]>-<6 hex of a hash of parts>``.
 
     It names the workflows (``<id>-s<k>``), their ``qosflow.dev/job`` label (≤ 63 characters) and
-    the checkpoint directory. Computed once by the plan step, it is stable across task retries.
+    the checkpoint directory. The plan step hashes the DAG run's identity and the job's name and
+    key (:func:`qosflow_airflow.operators.plan.plan_job_id`), never a time, so it is the same
+    for every try and every re-plan of one run.
     """
     digest = hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:6]
     return f"{name[:_NAME_ROOM].rstrip('-')}-{digest}"
@@ -115,10 +117,23 @@ class Admitted:
         held_units: Units requested by the active segments of every planned qosflow job of the
             kind (guaranteed or best effort): admission accounts for the guaranteed ones itself,
             and best-effort ones reserve nothing, so the plan may count these units as capacity.
+        own_units: Units held by the active segments of the excluded job itself (a re-plan of
+            a run whose workflow runs already): its own units are capacity for it.
     """
 
     guaranteed: list[Candidate] = field(default_factory=list)
     held_units: int = 0
+    own_units: int = 0
+
+
+def succeeded_jobs(cluster: ClusterView) -> set[str]:
+    """Job ids whose newest segment succeeded: done, whether or not their finish step ran."""
+    newest: dict[str, JobStatus] = {}
+    for status in cluster.list_jobs():
+        seen = newest.get(status.job)
+        if seen is None or status.segment > seen.segment:
+            newest[status.job] = status
+    return {job for job, s in newest.items() if s.phase is Phase.SUCCEEDED}
 
 
 def admitted_jobs(
@@ -137,9 +152,12 @@ def admitted_jobs(
     used, with a warning.
     """
     by_job: dict[str, list[JobStatus]] = {}
+    own = 0
     for status in cluster.list_jobs():
         if status.job != exclude:
             by_job.setdefault(status.job, []).append(status)
+        elif exclude and not status.phase.finished:
+            own += status.units
     annotations = plan_annotations(cluster)
     out: list[Candidate] = []
     held = 0
@@ -164,7 +182,7 @@ def admitted_jobs(
         except (QosflowError, KeyError, TypeError, ValueError) as exc:
             log.warning("%s: unreadable admission block (%s); not reserved", job, exc)
     out.extend(_promised(pending or {}, unit, {exclude, *by_job}))
-    return Admitted(out, held)
+    return Admitted(out, held, own)
 
 
 def _promised(

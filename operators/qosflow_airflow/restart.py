@@ -8,7 +8,10 @@ on a real cluster, the local cluster and in tests. Guarantees:
   and a running segment other than the old one aborts the restart;
 * never losing progress: the new segment resumes from the checkpoint, and the stop must report a
   step count no lower than the last one observed;
-* idempotent: a retried step that finds the next segment already created re-attaches to it;
+* idempotent: a retried step that finds the next segment already created re-attaches to it, and
+  so does the loser of two tries racing (both stop the old segment, one creates the next): it finds
+  the winner's segment instead of failing; the state then says where the job was stopped
+  (``resumed_from``: the old segment's last step), not how far the new segment has come;
 * not stalled by a stop that ends ``Failed``: when the stopped segment still reported progress at
   or beyond what was observed (it checkpointed on SIGTERM), the next segment resumes from it; only
   a segment that failed with no usable progress raises.
@@ -23,6 +26,9 @@ from qosflow.core.cluster import Actuator, ClusterView, JobStatus, Phase, Submit
 from qosflow.core.errors import ClusterError
 from qosflow_airflow.state import TrainingState
 
+SHUTDOWN = "Stopped with strategy"
+"""How Argo (and the local cluster) words the message of a workflow ended by a stop."""
+
 
 class Cluster(ClusterView, Actuator, Protocol):
     """A cluster that can be both observed and acted on (``ArgoCluster``)."""
@@ -35,7 +41,8 @@ class Restart:
     Attributes:
         state: The state after the restart (the new segment, or the old one if it had finished).
         status: The new segment's status, or the old one's if no restart was needed.
-        resumed_from: Step count the old segment stopped at (its last checkpoint).
+        resumed_from: Step count the old segment stopped at (its last checkpoint), also on a
+            re-attach.
         finished: True when the old segment had already finished the job (nothing resubmitted).
     """
 
@@ -100,6 +107,18 @@ def _usable(state: TrainingState, before: JobStatus, stopped: JobStatus) -> int:
     return at
 
 
+def _reattach(
+    cluster: ClusterView, state: TrainingState, new_state: TrainingState
+) -> Restart | None:
+    """The next segment, when another try (a retry, or a racing one) already created it."""
+    nxt = _existing(cluster, state.name, new_state.segment)
+    if nxt is None:
+        return None
+    old = cluster.status(state.workflow)  # where the job was stopped, not the new one's progress
+    at = old.steps_done or 0
+    return Restart(new_state.evolve(resumed_from=at), nxt, at, finished=False)
+
+
 def checkpoint_restart(
     cluster: Cluster,
     state: TrainingState,
@@ -112,11 +131,12 @@ def checkpoint_restart(
     """Stop the current segment (it checkpoints on SIGTERM) and resume in the next one.
 
     A stop that ends ``Failed`` (the pod exited non-zero after its SIGTERM checkpoint) still
-    resumes when the segment reported progress at or beyond the last observed step.
+    resumes when the segment reported progress at or beyond the last observed step. A try that
+    finds the next segment made by another try re-attaches to it.
 
     Raises:
-        ClusterError: When the old segment failed with no usable progress, reported less progress
-            than before, or another segment of the job is still running.
+        ClusterError: When the old segment failed with no usable progress or reported less
+            progress than before; retryable when a segment other than the next is still running.
     """
     spec = state.spec
     job = state.name
@@ -129,20 +149,48 @@ def checkpoint_restart(
         priority=priority,
         last_rescale_at=cluster.now(),
     )
-    again = _existing(cluster, job, nxt)
+    again = _reattach(cluster, state, new_state)
     if again is not None:  # a retried try: the next segment exists already
-        return Restart(new_state, again, again.steps_done or 0, finished=False)
+        return again
     before = cluster.status(state.workflow)
     if before.phase is Phase.SUCCEEDED:
         return Restart(state, before, before.steps_done or spec.total_steps, finished=True)
-    if before.phase is Phase.FAILED:  # failed on its own, before any stop: not ours to resume
+    if before.phase is Phase.FAILED and SHUTDOWN not in before.message:
+        # failed on its own, not stopped by us (nor by a racing try): not ours to resume
         raise ClusterError(f"{state.workflow} failed: {before.message or 'no message'}")
     stopped = before if before.phase.finished else cluster.stop(state.workflow, message=reason)
     if stopped.phase is Phase.SUCCEEDED:
         return Restart(state, stopped, stopped.steps_done or spec.total_steps, finished=True)
     at = _usable(state, before, stopped)
     running = [s.name for s in cluster.list_jobs(job) if not s.phase.finished]
+    if running == [new_state.workflow]:  # a racing try created it between our checks
+        return Restart(new_state.evolve(resumed_from=at), cluster.status(running[0]), at, False)
     if running:
-        raise ClusterError(f"segments still running: {', '.join(running)}; not resubmitting")
+        raise ClusterError(
+            f"segments still running: {', '.join(running)}; not resubmitting", retryable=True
+        )
     status = cluster.submit(submit_request(new_state, segment=nxt, resume=True))
-    return Restart(new_state, status, at, finished=False)
+    return Restart(new_state.evolve(resumed_from=at), status, at, finished=False)
+
+
+def checkpoint_pause(cluster: Cluster, state: TrainingState, *, reason: str) -> Restart:
+    """Stop the current segment (it checkpoints on SIGTERM) and submit nothing: a pause.
+
+    The cluster allocator gave the job 0 units: its deadline still counts on the job board, and
+    its own watch resumes it (:func:`checkpoint_restart` from the stopped segment) when units
+    come back. The state keeps the stopped workflow and says 0 units.
+
+    Raises:
+        ClusterError: When the segment failed with no usable progress.
+    """
+    before = cluster.status(state.workflow)
+    if before.phase is Phase.SUCCEEDED:
+        return Restart(state, before, before.steps_done or state.spec.total_steps, finished=True)
+    if before.phase is Phase.FAILED and SHUTDOWN not in before.message:
+        raise ClusterError(f"{state.workflow} failed: {before.message or 'no message'}")
+    stopped = before if before.phase.finished else cluster.stop(state.workflow, message=reason)
+    if stopped.phase is Phase.SUCCEEDED:
+        return Restart(state, stopped, stopped.steps_done or state.spec.total_steps, finished=True)
+    at = _usable(state, before, stopped)
+    paused = state.evolve(units=0, last_rescale_at=cluster.now(), resumed_from=at)
+    return Restart(paused, stopped, at, finished=False)

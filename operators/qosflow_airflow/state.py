@@ -6,6 +6,11 @@ takes the newest one (:func:`latest_state`). A job spec travels as the mapping :
 builds, with its deadline and submission time resolved, and is re-validated by
 :func:`qosflow.core.spec.load_job` on the way back in, so an XCom edited by hand cannot smuggle in an
 invalid spec.
+
+No secret travels here: XCom is stored in Airflow's database and shown in its UI, so the state
+names no database URL or token. Each step that needs the history store re-reads its URL from the
+connection (``conn_id``); a state written by an older qosflow with a ``history_url`` is read
+without it.
 """
 
 from __future__ import annotations
@@ -111,10 +116,11 @@ class TrainingState:
         guaranteed: Whether admission guaranteed the deadline.
         checkpoint_dir: Checkpoint directory shared by all segments.
         last_rescale_at: When the size last changed (epoch seconds), ``None`` before any change.
-        history_url: SQLAlchemy URL of the history store.
         job_id: The run-unique job id naming the workflows (``<id>-s<k>``); empty: the spec's
             name (states written before job ids existed).
         plan: The plan JSON every segment carries in its ``qosflow.dev/plan`` annotation.
+        resumed_from: The step the current segment resumed from: where the previous segment
+            was stopped (its last checkpoint); ``None`` for segment 0 or when unknown.
     """
 
     job: Mapping[str, Any]
@@ -126,9 +132,9 @@ class TrainingState:
     guaranteed: bool
     checkpoint_dir: str
     last_rescale_at: float | None = None
-    history_url: str = ""
     job_id: str = ""
     plan: str = "{}"
+    resumed_from: int | None = None
 
     @property
     def name(self) -> str:
@@ -139,6 +145,11 @@ class TrainingState:
     def spec(self) -> JobSpec:
         """The validated job spec."""
         return job_from_dict(self.job)
+
+    @property
+    def paused(self) -> bool:
+        """The cluster allocator paused the job: its last segment was stopped, it holds nothing."""
+        return self.units == 0
 
     def evolve(self, **changes: Any) -> TrainingState:
         """A copy with some fields changed."""
@@ -153,7 +164,7 @@ class TrainingState:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrainingState:
         """Inverse of :meth:`to_dict`."""
-        last = data.get("last_rescale_at")
+        last, resumed = data.get("last_rescale_at"), data.get("resumed_from")
         return cls(
             job=dict(data["job"]),
             workflow=str(data["workflow"]),
@@ -164,9 +175,9 @@ class TrainingState:
             guaranteed=bool(data["guaranteed"]),
             checkpoint_dir=str(data["checkpoint_dir"]),
             last_rescale_at=None if last is None else float(last),
-            history_url=str(data.get("history_url", "")),
             job_id=str(data.get("job_id", "")),
             plan=str(data.get("plan", "{}")),
+            resumed_from=None if resumed is None else int(resumed),
         )
 
 

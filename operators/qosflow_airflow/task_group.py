@@ -11,8 +11,10 @@
 Airflow DAGs have no loops, so each round is a watch (deferrable sensor), a branch on its decision
 and the three ways to act. ``done`` (the watch saw the job end) skips every later round: their
 watches need one successful act (``none_failed_min_one_success``) and all three were skipped.
-``finish`` has ``all_done``: it always runs, waits for a job still running after the last round,
-records and reports, and fails unless the training succeeded.
+``finish`` has ``all_done``: it always runs; a job still running after the last round is steered
+by it until it ends (the same watch on the job board and the same actions, taken by the finish
+step itself: the loop never runs out); then it records and reports, and fails unless the
+training succeeded. A round's branch fires only on an action that changes something.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from qosflow_airflow.operators.branch import DeadlineBranchOperator
 from qosflow_airflow.operators.finish import FinishTrainingOperator
 from qosflow_airflow.operators.plan import PlanTrainingOperator, SubmitTrainingOperator
 from qosflow_airflow.operators.rescale import PriorityBumpOperator, RescaleOperator
+from qosflow_airflow.run import DeadlineAnchor
 from qosflow_airflow.sensors.progress import DeadlineProgressSensor
 
 
@@ -117,6 +120,7 @@ def deadline_training(
     hold_seconds: float | None = None,
     report_dir: str = ".qosflow/reports",
     deferrable: bool = True,
+    deadline_anchor: DeadlineAnchor = "queued",
 ) -> TaskGroup:
     """Build the deadline-training task group (call inside a ``DAG`` context).
 
@@ -131,6 +135,9 @@ def deadline_training(
         hold_seconds: How long a decision must hold (default: the job's ``dwell_seconds``).
         report_dir: Directory of the PNG report.
         deferrable: Watch from the triggerer (default) or poke from a worker.
+        deadline_anchor: What a relative deadline counts from: ``queued`` (when the DAG run was
+            queued: every re-run of it gets the same deadline), ``logical`` (its logical date)
+            or ``plan`` (when the plan step runs).
 
     Returns:
         The task group: ``plan`` is its root, ``finish`` its leaf.
@@ -145,6 +152,7 @@ def deadline_training(
             conn_id=conn_id,
             deadline=deadline,
             initial_units=initial_units,
+            deadline_anchor=deadline_anchor,
             retries=0,
         )
         submit = SubmitTrainingOperator(
@@ -164,6 +172,7 @@ def deadline_training(
             conn_id=conn_id,
             report_dir=report_dir,
             poll_interval=poll_interval,
+            hold_seconds=hold_seconds,
             deferrable=deferrable,
             trigger_rule=TriggerRule.ALL_DONE,
         )

@@ -14,21 +14,27 @@ It never reads a clock: the time of each observation comes from the cluster (``C
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from qosflow.core.cluster import Actuator, JobStatus, Phase
 from qosflow.core.decide import Action, Decision, JobSnapshot, decide, margin_for
 from qosflow.core.fit import Measured
 from qosflow.core.planning import belief_for
-from qosflow.core.predict import Calibration
+from qosflow.core.predict import Belief, Calibration
 from qosflow.core.spec import JobSpec, Unit
 from qosflow.core.speed import ProgressSample, SpeedModel
+from qosflow.core.steer import steer
 from qosflow.core.usage import UsageReport, merge, share_between
 from qosflow_airflow.state import json_safe, samples_to_rows
 
+if TYPE_CHECKING:
+    from qosflow_airflow.board import BoardAnswer
+
 DONE, FAILED, DECISION = "done", "failed", "decision"
+Allocator = Callable[["Watcher", Belief, JobSnapshot], "BoardAnswer"]
+"""Runs the cluster allocator on the job board for the watched job (blocking I/O)."""
 WatchPurpose = Literal["steer", "await_end"]
 """What a watch is for: steer the job for one round (:class:`Watcher`), or wait for its end
 (:class:`EndWatch`, the finish step)."""
@@ -176,6 +182,12 @@ class Watcher(EndWatch):
         hold_s: How long an actionable decision must hold before it is reported.
         min_samples: Samples at the current size needed before any actionable decision.
         rescale_overhead_s: What a rescale costs here (see :func:`rescale_overhead`).
+        allocator: Runs the core's cluster allocator on the job board for this job (blocking
+            I/O, see ``qosflow_airflow.board``); ``None``: the job decides for itself alone
+            (:func:`qosflow.core.decide.decide`).
+        priority_class: The class the job's workflow runs with.
+        paused: The job was paused by the allocator (it holds nothing; its last segment was
+            stopped): the watch waits for units to come back instead of ending.
         held: The actionable decision being held, since ``held_since``.
     """
 
@@ -186,6 +198,9 @@ class Watcher(EndWatch):
     hold_s: float = 0.0
     min_samples: int = 2
     rescale_overhead_s: float = RESTART_OVERHEAD_S
+    allocator: Allocator | None = None
+    priority_class: str = ""
+    paused: bool = False
     held: Decision | None = None
     held_since: float = 0.0
 
@@ -202,9 +217,13 @@ class Watcher(EndWatch):
         Returns:
             The event when the watch is over, else ``None``.
         """
+        if self.paused and status.phase is Phase.STOPPED:
+            status = replace(status, phase=Phase.PENDING, units=0)  # waiting for its units
         ended = EndWatch.observe(self, status, now=now, free_units=free_units, usage=usage)
-        if ended is not None or status.phase.finished or not self._enough(status.units):
+        if ended is not None or status.phase.finished:
             return ended
+        if not self.paused and not self._enough(status.units) and status.phase is Phase.RUNNING:
+            return None
         decision = self.decide(status, now=now, free_units=free_units)
         if decision.action in (Action.ON_TRACK, Action.DONE) or not math.isfinite(
             decision.median_finish
@@ -215,7 +234,7 @@ class Watcher(EndWatch):
             self.held, self.held_since = decision, now
         else:
             self.held = decision
-        if now - self.held_since < self.hold_s:
+        if now - self.held_since < self._hold(decision):
             return None
         return WatchEvent(
             DECISION,
@@ -228,7 +247,12 @@ class Watcher(EndWatch):
         )
 
     def decide(self, status: JobStatus, *, now: float, free_units: int) -> Decision:
-        """The core's decision on everything observed so far."""
+        """The core's decision on everything observed so far.
+
+        With an :attr:`allocator`, the cluster allocator's answer for this job, turned into the
+        one action that changes something now (:func:`qosflow.core.steer.steer`); alone, the
+        job's own decision (:func:`qosflow.core.decide.decide`).
+        """
         belief = belief_for(
             self.spec,
             [*self.history, *self.observed()],
@@ -245,7 +269,31 @@ class Watcher(EndWatch):
             last_rescale_at=self.last_rescale_at,
             rescale_overhead_s=self.rescale_overhead_s,
         )
-        return decide(snap, belief, free_units=free_units)
+        if self.allocator is None:
+            return decide(snap, belief, free_units=free_units)
+        answer = self.allocator(self, belief, snap)
+        if answer.mine is None:  # the allocator refused it: its spec says reject
+            return decide(snap, belief, free_units=free_units)
+        return steer(
+            snap,
+            belief,
+            answer.mine,
+            free_units=free_units,
+            held_below=answer.held_below,
+            current_class=self.priority_class,
+            paused=self.paused,
+        )
+
+    def _hold(self, decision: Decision) -> float:
+        """How long ``decision`` must hold: giving units back to the allocator does not wait.
+
+        The allocator gave them to a job that needs them (its own rules already keep sizes for
+        the dwell time), so an ahead job lets go within one poll of the allocation changing;
+        growing, and deciding alone, still wait for the decision to hold.
+        """
+        if self.allocator is not None and decision.action is Action.SCALE_DOWN:
+            return 0.0
+        return self.hold_s
 
     def _enough(self, units: int) -> bool:
         seen = [s for s in (*self.history, *self.samples) if s.units == units]

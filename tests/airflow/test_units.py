@@ -45,7 +45,6 @@ def state(**over):
         priority=10,
         guaranteed=True,
         checkpoint_dir="/tmp/ckpt",
-        history_url="",
     )
     base.update(over)
     return TrainingState(**base)
@@ -305,7 +304,7 @@ def test_best_effort_and_finished_jobs_reserve_nothing(fake_cluster):
     wf = f"{first['job_id']}-s0"
     fake_cluster.jobs[wf] = replace(fake_cluster.jobs[wf], phase=Phase.SUCCEEDED)
     again = _plan("second", "PT10M", "r4")
-    assert again["admitted"] == [] and again["verdict"] == "guaranteed"
+    assert again["admitted"] == [] and again["verdict"] == "guaranteed", again["reason"]
 
 
 def test_each_run_gets_its_own_workflows_and_a_retried_submit_reattaches(fake_cluster):
@@ -662,7 +661,7 @@ def test_the_watch_is_primed_with_the_sizes_its_key_history_measured(tmp_path):
         store.record_samples(key, "cpu", [ProgressSample(10.0 * i, 20 * i, 2) for i in range(30)])
     finally:
         store.close()
-    primed = new_watcher(state(history_url=url), history_url=url, hold_s=0.0)
-    empty = new_watcher(state(history_url=url), history_url="", hold_s=0.0)
+    primed = new_watcher(state(), history_url=url, hold_s=0.0)
+    empty = new_watcher(state(), history_url="", hold_s=0.0)
     assert [m.units for m in primed.known] == [2] and primed.prior is not None
     assert empty.known == () and empty.prior is None

@@ -85,6 +85,31 @@ def test_a_reused_job_name_with_another_deadline_is_refused_not_adopted(target: 
     assert len(cluster.list_jobs(yesterday.job)) == 1
 
 
+def test_a_replanned_run_reattaches_and_another_run_is_refused(target: Target) -> None:
+    """The plan annotation's run identity decides: the same run re-planned (another size, a
+    deadline computed again) re-attaches; another run under the same name is refused."""
+    import json
+
+    cluster = target.cluster
+    run = {"dag_id": "nightly", "run_id": "scheduled__2026-06-01", "map_index": -1}
+    first = replace(target.request("replan"), plan=json.dumps({"run": run, "units": 1}))
+    cluster.submit(first)
+    replanned = replace(
+        first,
+        units=2,
+        deadline=first.deadline + 120,
+        plan=json.dumps({"run": run, "units": 2}),
+    )
+    assert cluster.submit(replanned).name == first.name  # re-attached, not refused
+    assert [(s.name, s.units) for s in cluster.list_jobs(first.job)] == [(first.name, 1)]
+    other = replace(first, plan=json.dumps({"run": {**run, "run_id": "scheduled__2026-06-02"}}))
+    with pytest.raises(ClusterError, match="another run") as err:
+        cluster.submit(other)
+    assert err.value.status == 409 and not err.value.retryable
+    assert "scheduled__2026-06-02" in str(err.value)
+    assert len(cluster.list_jobs(first.job)) == 1
+
+
 def test_name_taken_by_a_foreign_workflow_is_refused(target: Target) -> None:
     cluster = target.cluster
     req = target.request("owner")

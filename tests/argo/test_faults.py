@@ -97,6 +97,42 @@ def test_persistent_5xx_fails_clearly_within_the_budget(local_target: Target) ->
     assert t.cluster.list_jobs(req.job) == []
 
 
+def test_an_outage_longer_than_six_tries_is_ridden_out_within_the_time_budget(
+    local_target: Target,
+) -> None:
+    # ten 503s in a row: more tries than the old count of six allowed, far less than 60 s
+    t = local_target
+    t.local.faults.add(FaultRule("status", "POST", CREATE, "argo", status=503, count=10))
+    sleeps = Sleeps(t)
+    req = t.request("outage")
+    status = client(t, sleeps).submit(req)
+    assert status.name == req.name and t.local.faults.fired[-1] == 10
+    assert len(sleeps.waits) == 10 and sum(sleeps.waits) <= 60.0
+    assert [s.name for s in t.cluster.list_jobs(req.job)] == [req.name]
+
+
+def test_a_segment_that_fails_after_training_for_long_is_still_retried(
+    local_target: Target,
+) -> None:
+    # the pod trains 400 s (longer than the old maxDuration of 5 minutes), then crashes: the
+    # template's retryStrategy starts another attempt, bounded by the workflow's deadline
+    from qosflow.local import Script
+
+    t = local_target
+    req = t.request("longfail", total_steps=1000)
+    t.runner.by_workflow = {req.name: Script(fail_at_step=400)}
+    cluster = t.cluster
+    cluster.submit(req)
+
+    def attempts() -> list[str]:
+        return [p for p, proc in t.runner.launched.items() if proc.spec.workflow == req.name]
+
+    t.wait(cluster, req.name, lambda s: len(attempts()) >= 2, step_s=10.0, timeout_s=900.0)
+    assert cluster.status(req.name).phase is Phase.RUNNING  # retried, not failed
+    wf = cluster.argo.get_workflow(req.name)
+    assert wf["spec"]["activeDeadlineSeconds"] >= 3600  # the bound: deadline + grace
+
+
 def test_4xx_is_not_retried(local_target: Target) -> None:
     t = local_target
     t.local.faults.add(

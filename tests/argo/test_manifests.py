@@ -109,6 +109,21 @@ def test_template_cpu_container_is_guaranteed_and_resizable() -> None:
     assert "resizePolicy" not in gpu["container"]
 
 
+def test_retries_cover_any_segment_length_bounded_by_the_deadline() -> None:
+    """No ``backoff.maxDuration``: Argo counts it from the first attempt's start, so a bound of
+    minutes never retried a segment that had trained longer. The workflow's
+    ``activeDeadlineSeconds`` (deadline + grace) bounds the retries instead."""
+    for tmpl in manifests.workflow_template()["spec"]["templates"]:
+        strategy = tmpl["retryStrategy"]
+        assert strategy["limit"] == 3 and strategy["retryPolicy"] == "Always"
+        assert "maxDuration" not in strategy["backoff"], tmpl["name"]
+        assert strategy["backoff"] == {"duration": "10s", "factor": 2}
+    committed = yaml.safe_load((ROOT / "workflow-template.yaml").read_text())
+    assert "maxDuration" not in yaml.safe_dump(committed)
+    wf = manifests.workflow(request(), namespace="ml", now=1_800_000_000.0 - 7200, grace_s=600)
+    assert wf["spec"]["activeDeadlineSeconds"] == 7200 + 600
+
+
 def test_ladder_matches_the_core_and_only_urgent_preempts() -> None:
     classes = manifests.priority_classes()
     assert [(c["metadata"]["name"], c["value"]) for c in classes] == [
@@ -120,16 +135,36 @@ def test_ladder_matches_the_core_and_only_urgent_preempts() -> None:
     assert all(isinstance(c["value"], int) for c in classes)
 
 
+def _grants(doc: dict) -> dict[tuple[str, str], dict[str, object]]:
+    """(group, resource) → verb → resourceNames (``None``: every object) of a role."""
+    out: dict[tuple[str, str], dict[str, object]] = {}
+    for rule in doc["rules"]:
+        for g in rule["apiGroups"]:
+            for r in rule["resources"]:
+                for v in rule["verbs"]:
+                    names = rule.get("resourceNames")
+                    out.setdefault((g, r), {})[v] = None if names is None else sorted(names)
+    return out
+
+
 def test_rbac_is_least_privilege() -> None:
     roles = {d["metadata"]["name"]: d for d in rbac() if d["kind"] in ("Role", "ClusterRole")}
-    rules = {
-        (g, r): set(rule["verbs"])
-        for rule in roles["qosflow"]["rules"]
-        for g in rule["apiGroups"]
-        for r in rule["resources"]
+    kinds = {name: d["kind"] for name, d in roles.items()}
+    assert kinds == {
+        "qosflow": "Role",
+        "qosflow-executor": "Role",
+        "qosflow-capacity": "ClusterRole",
+        "qosflow-priorityclasses": "ClusterRole",
     }
+    for doc in roles.values():  # every rule names its resources and verbs: no wildcard
+        for rule in doc["rules"]:
+            assert rule["resources"] and rule["verbs"] and rule["apiGroups"]
+            assert "*" not in rule["resources"] + rule["verbs"] + rule["apiGroups"]
+    rules = {k: set(v) for k, v in _grants(roles["qosflow"]).items()}
     assert rules[("argoproj.io", "workflows")] == {"create", "get", "list", "watch", "patch"}
+    # pods, their log and their resize: in the job namespace only (a Role)
     assert rules[("", "pods")] == {"get", "list"}
+    assert rules[("", "pods/log")] == {"get"}
     assert rules[("", "pods/resize")] == {"patch"}
     assert ("", "pods/exec") not in rules and not any("delete" in v for v in rules.values())
     executor = roles["qosflow-executor"]["rules"]
@@ -140,8 +175,19 @@ def test_rbac_is_least_privilege() -> None:
             "verbs": ["create", "patch"],
         }
     ]
-    cluster = roles["qosflow-capacity"]["rules"]
-    assert all(not {"delete", "patch"} & set(r["verbs"]) for r in cluster)
+    # cluster-wide: read-only, and only what the free-capacity computation lists
+    assert _grants(roles["qosflow-capacity"]) == {
+        ("", "nodes"): {"list": None},
+        ("", "pods"): {"list": None},
+    }
+    # PriorityClasses: read them all, update only the ladder's, never create or delete
+    ladder = sorted(k.name for k in LADDER)
+    assert _grants(roles["qosflow-priorityclasses"]) == {
+        ("scheduling.k8s.io", "priorityclasses"): {"get": None, "list": None, "update": ladder}
+    }
+    every_verb = {v for doc in roles.values() for g in _grants(doc).values() for v in g}
+    assert not every_verb & {"delete", "deletecollection", "escalate", "bind", "impersonate"}
+    assert all("create" not in g for g in _grants(roles["qosflow-priorityclasses"]).values())
 
 
 def test_every_binding_binds_exactly_the_account_that_needs_the_role() -> None:
@@ -163,6 +209,9 @@ def test_every_binding_binds_exactly_the_account_that_needs_the_role() -> None:
         ("RoleBinding", "Role", "qosflow-executor"): subject(manifests.EXECUTOR_ACCOUNT),
         ("RoleBinding", "Role", "qosflow"): subject(manifests.CLIENT_ACCOUNT),
         ("ClusterRoleBinding", "ClusterRole", "qosflow-capacity"): subject(
+            manifests.CLIENT_ACCOUNT
+        ),
+        ("ClusterRoleBinding", "ClusterRole", "qosflow-priorityclasses"): subject(
             manifests.CLIENT_ACCOUNT
         ),
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -88,6 +89,51 @@ def test_attempt_cap_and_non_transient_errors_pass_through() -> None:
     with pytest.raises(ClusterError, match="403"):
         retrier(t).call("GET", refused)
     assert calls.count(2) == 1
+
+
+def outage(t: FakeTime, until: float, calls: list[float]) -> object:
+    """A server that answers 503 until the clock reaches ``until``, then works."""
+
+    def call() -> str:
+        calls.append(t.now)
+        if t.now < until:
+            raise TransientError("HTTP 503: unavailable", status=503)
+        return "ok"
+
+    return call
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_default_budget_is_60_seconds_of_time_not_a_count_of_tries(seed: int) -> None:
+    """A 4-6 s outage (the fault campaign's) costs seconds, never the submit: the default policy
+    keeps trying for 60 s however many tries that takes (six tries used to give up in 3.6-4.9 s)."""
+    assert RetryPolicy().budget_s == 60.0 and RetryPolicy().attempts is None
+    t, calls = FakeTime(), []
+    r = Retrier(RetryPolicy(), t.clock, t.sleep, random.Random(seed))
+    assert r.call("POST workflow", outage(t, 6.0, calls)) == "ok"  # type: ignore[arg-type]
+    assert 6.0 <= calls[-1] <= 6.0 + 8.0  # succeeded soon after the end: no wait beyond the cap
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_longer_outage_gives_up_at_the_budget_after_a_last_try(seed: int) -> None:
+    t, calls = FakeTime(), []
+    r = Retrier(RetryPolicy(), t.clock, t.sleep, random.Random(seed))
+    with pytest.raises(ClusterError) as err:
+        r.call("POST workflow", outage(t, 1e9, calls))  # type: ignore[arg-type]
+    assert err.value.retryable and "budget 60s" in str(err.value)
+    assert calls[-1] == pytest.approx(60.0)  # the last wait is cut to what is left: one more try
+    assert max(b - a for a, b in itertools.pairwise(calls)) <= 8.0
+
+
+def test_a_retry_after_beyond_the_budget_gives_up_at_once() -> None:
+    t = FakeTime()
+
+    def call() -> None:
+        raise TransientError("HTTP 429", status=429, retry_after=90.0)
+
+    with pytest.raises(ClusterError, match="gave up after 1 tries"):
+        retrier(t).call("GET x", call)
+    assert t.sleeps == []
 
 
 def test_same_seed_same_backoffs() -> None:

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 
 from qosflow.local.cli import add_subcommands, read_info
+
+from .conftest import NS, container_wf
+from .test_readoption import SCRIPT
 
 pytestmark = pytest.mark.slow
 
@@ -50,3 +58,117 @@ def test_up_serves_and_down_stops(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert (state / "state.json").exists()
     assert _run(["local", "down", "--state-dir", str(state)]) == 0
     assert "not running" in capsys.readouterr().out
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Iterator[Path]:
+    """A state directory whose daemon is stopped at the end, whatever the test did."""
+    path = tmp_path / "local"
+    yield path
+    _run(["local", "down", "--state-dir", str(path)])
+
+
+def _up(state: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
+    assert _run(["local", "up", "--cpus", "2", "--port", "0", "--state-dir", str(state)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    return dict(line.split(": ", 1) for line in lines if ": " in line)
+
+
+def _get(info: dict[str, str], path: str, token: str) -> requests.Response:
+    headers = {"Authorization": f"Bearer {token}"}
+    return requests.get(info["argo_url"] + path, headers=headers, timeout=10)
+
+
+def test_the_token_survives_a_restart_and_is_never_logged(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _up(state, capsys)
+    try:
+        assert _get(first, "/api/v1/version", "wrong").status_code == 401
+        assert _get(first, "/api/v1/version", first["token"]).status_code == 200
+    finally:
+        assert _run(["local", "down", "--state-dir", str(state)]) == 0
+    second = _up(state, capsys)
+    try:
+        assert second["token"] == first["token"]  # existing clients are not locked out
+        assert _get(second, "/api/v1/version", first["token"]).status_code == 200
+        assert (state / "token").stat().st_mode & 0o777 == 0o600
+    finally:
+        assert _run(["local", "down", "--state-dir", str(state)]) == 0
+    assert first["token"] not in (state / "server.log").read_text()
+    assert not (state / "cluster.json").exists()
+
+
+def test_up_with_a_poisoned_state_starts_and_down_cleans_up(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state.mkdir()
+    wf = container_wf("poison")["workflow"]
+    wf["spec"]["templates"][0]["container"]["resources"] = {"requests": {"cpu": "abc"}}
+    wf.update(apiVersion="argoproj.io/v1alpha1", kind="Workflow")
+    wf["metadata"].update(namespace=NS, uid="u1", resourceVersion="3")
+    escape = json.loads(json.dumps(wf))
+    escape["metadata"].update(name="state.json", namespace="..", uid="u2")
+    doc = {
+        "version": 1,
+        "resourceVersion": 3,
+        "seq": 2,
+        "objects": [{"order": 1, "object": wf}, {"order": 2, "object": escape}],
+        "runtime": {},
+    }
+    (state / "state.json").write_text(json.dumps(doc))
+    info = _up(state, capsys)
+    try:
+        deadline = time.monotonic() + 30
+        while (phase := _phase(info, "poison")) != "Error" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert phase == "Error"
+    finally:
+        assert _run(["local", "down", "--state-dir", str(state)]) == 0
+    assert not (state / "cluster.json").exists()
+    assert "metadata.namespace" in (state / "quarantine.json").read_text()
+
+
+def _phase(info: dict[str, str], name: str) -> str:
+    wf: dict[str, Any] = _get(info, f"/api/v1/workflows/{NS}/{name}", info["token"]).json()
+    return str(wf.get("status", {}).get("phase") or "")
+
+
+def _done(info: dict[str, str], name: str) -> int:
+    wf: dict[str, Any] = _get(info, f"/api/v1/workflows/{NS}/{name}", info["token"]).json()
+    return int((wf.get("status", {}).get("progress") or "0/1").split("/")[0])
+
+
+def _wait(predicate: Any, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
+
+
+def test_a_killed_daemon_comes_back_with_its_pods_and_token(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _up(state, capsys)
+    try:
+        request = container_wf("long", command=["python", "-c", SCRIPT, "100000", "0"])
+        headers = {"Authorization": f"Bearer {first['token']}"}
+        url = f"{first['argo_url']}/api/v1/workflows/{NS}"
+        assert requests.post(url, json=request, headers=headers, timeout=10).status_code == 200
+        _wait(lambda: _done(first, "long") >= 3)
+        os.kill(int(first["pid"]), signal.SIGKILL)  # a crash: nothing is shut down
+        _wait(lambda: read_info(state) is None)
+        second = _up(state, capsys)
+        assert second["token"] == first["token"]
+        assert _phase(second, "long") == "Running"
+        assert _done(second, "long") >= 3  # the last known progress at once, never 0/M
+        pid = int((state / "pods" / NS / "long" / "pid").read_text())
+        assert os.path.exists(f"/proc/{pid}")  # the same container, still running
+        assert (state / "pods" / NS / "long" / "starts").read_text() == "x"
+        url = f"{second['argo_url']}/api/v1/workflows/{NS}"
+        stop = requests.put(f"{url}/long/stop", headers=headers, timeout=10)
+        assert stop.status_code == 200
+        _wait(lambda: _phase(second, "long") == "Failed", timeout_s=30)
+        assert (state / "pods" / NS / "long" / "got-sigterm").exists()
+    finally:
+        assert _run(["local", "down", "--state-dir", str(state)]) == 0

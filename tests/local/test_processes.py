@@ -3,6 +3,7 @@ stop and SIGKILL after the grace period. Wall clock, short runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -155,3 +156,31 @@ def test_missing_program_exits_127_with_a_message(real: LocalCluster) -> None:
     real.wait_until(lambda: _phase(real, "nocmd") == "Failed", timeout_s=60)
     assert (real.workflow("nocmd") or {})["status"]["message"] == "Error (exit code 127)"
     assert "no-such-program-here" in (_workdir(real, "nocmd") / "main.log").read_text()
+
+
+ENV_DUMP = (
+    "import json, os, pathlib; pathlib.Path('env.json').write_text(json.dumps(dict(os.environ)))"
+)
+
+
+def test_a_pod_sees_none_of_the_servers_secrets(
+    real: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QOSFLOW_LOCAL_TOKEN", "s3cret-token")
+    monkeypatch.setenv("AIRFLOW_CONN_QOSFLOW_DEFAULT", '{"password": "hunter2"}')
+    argo = Api(real.argo_url, real.token)
+    request = container_wf("env", command=["python", "-c", ENV_DUMP])
+    request["workflow"]["spec"]["templates"][0]["container"]["env"] = [
+        {"name": "MINE", "value": "declared"}
+    ]
+    assert argo("POST", f"/api/v1/workflows/{NS}", json=request).status_code == 200
+    real.wait_until(lambda: _phase(real, "env") in ("Succeeded", "Failed"), timeout_s=60)
+    assert _phase(real, "env") == "Succeeded"
+    text = (_workdir(real, "env") / "env.json").read_text()
+    assert "s3cret-token" not in text and "hunter2" not in text
+    env = json.loads(text)
+    assert "QOSFLOW_LOCAL_TOKEN" not in env and "AIRFLOW_CONN_QOSFLOW_DEFAULT" not in env
+    assert env["MINE"] == "declared" and env["ARGO_POD_NAME"] == "env"
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    allowed = {"PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "HOSTNAME", "MINE", "PWD", "LC_CTYPE"}
+    assert {k for k in env if not k.startswith("ARGO_")} <= allowed

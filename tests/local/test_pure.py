@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,6 +14,7 @@ from qosflow.local.patch import apply_patch, json_patch, merge_patch, strategic_
 from qosflow.local.pods import format_cpu, millicores, qos_class
 from qosflow.local.query import apply_fields, field_selector, label_selector
 from qosflow.local.retry import backoff_s, duration_s, may_retry
+from qosflow.local.runner import PodLaunch, pod_environment
 from qosflow.local.status import ApiError
 from qosflow.local.workflow import fnv32a, node_id, pod_name
 
@@ -152,3 +156,44 @@ def test_virtual_clock_runs_listeners_and_never_goes_back() -> None:
     assert clock.advance(2.5) == 102.5 and seen == [102.5]
     with pytest.raises(ValueError):
         clock.advance(-1)
+
+
+def test_pod_environment_is_only_what_the_pod_declares(tmp_path: Path) -> None:
+    launch = PodLaunch(
+        pod="wf-main-1",
+        namespace="qosflow",
+        workflow="wf",
+        node_id="wf-1",
+        argv=("python", "-c", "pass"),
+        env={"QOSFLOW_TOTAL_STEPS": "10", "PATH": "/opt/tool/bin"},
+        cores=(0,),
+        cpus=1.0,
+        workdir=tmp_path,
+        progress_file=tmp_path / "progress",
+    )
+    server = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": "/home/me",
+        "LANG": "en_US.UTF-8",
+        "TMPDIR": "/tmp/me",
+        "QOSFLOW_LOCAL_TOKEN": "s3cret",
+        "AIRFLOW_CONN_QOSFLOW_DEFAULT": '{"password": "hunter2"}',
+        "VIRTUAL_ENV": "/venv",
+    }
+    env = pod_environment(launch, server)
+    bindir = str(Path(sys.executable).parent)
+    assert env.pop("PATH") == f"{bindir}:/opt/tool/bin"  # the container's PATH, venv first
+    assert env == {
+        "HOME": "/home/me",
+        "LANG": "en_US.UTF-8",
+        "TMPDIR": "/tmp/me",
+        "HOSTNAME": "wf-main-1",
+        "QOSFLOW_TOTAL_STEPS": "10",
+        "ARGO_PROGRESS_FILE": str(tmp_path / "progress"),
+        "ARGO_POD_NAME": "wf-main-1",
+        "ARGO_CONTAINER_NAME": "main",
+        "ARGO_NODE_ID": "wf-1",
+        "ARGO_WORKFLOW_NAME": "wf",
+    }
+    bare = pod_environment(launch, {})
+    assert bare["LANG"] == "C.UTF-8" and "HOME" not in bare and "TMPDIR" not in bare

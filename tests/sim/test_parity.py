@@ -167,12 +167,27 @@ def test_oracle_speeds_are_planned_on_as_they_are() -> None:
 
 def test_the_qosflow_policy_decides_through_this_adapter() -> None:
     """Parity of the adapter is worth something only if the policy uses it (drop the mark then)."""
+    from qosflow.core import allocator
     from qosflow.sim.policies import qosflow_policy, xing19
 
     assert qosflow_policy.job_spec is adapter.job_spec
     assert qosflow_policy.belief_of is adapter.belief_of
-    assert getattr(qosflow_policy, "job_snapshot", None) is adapter.job_snapshot
+    assert qosflow_policy.allocate is allocator.allocate
     assert getattr(xing19, "belief_of", None) is adapter.belief_of
+    # the allocator snapshots a job exactly as the adapter (and so the watch) does
+    for case in CASES[:5]:
+        view = _view(case)
+        spec = adapter.job_spec(view, node_size=8, margin_s=60.0, dwell_s=600.0)
+        belief = adapter.belief_of(view, spec.resources.levels, None)
+        job = allocator.JobInput(spec, view.done, view.units, belief, rescale_overhead_s=30.0)
+        cluster = allocator.ClusterInput(
+            now=float(case["now"]), capacity=64, slot_s=60.0, jobs=(job,)
+        )
+        got = allocator.prepare(job, cluster, job.state).snap
+        want = adapter.job_snapshot(
+            view, spec, now=float(case["now"]), last_rescale_at=None, rescale_overhead_s=30.0
+        )
+        assert got == want
 
 
 def test_sizes_of_the_key_history_count_as_observed_on_both_sides() -> None:

@@ -124,8 +124,8 @@ def test_a_job_not_guaranteed_at_arrival_is_guaranteed_once_room_frees() -> None
 
 
 def test_the_learnt_factor_never_drops_under_promises() -> None:
+    from qosflow.core.allocation import ratchet
     from qosflow.core.predict import Calibration
-    from qosflow.sim.policies.qosflow_rules import ratchet
 
     high = ratchet(None, Calibration(1.3, 60))
     assert high.factor == 1.3
@@ -135,7 +135,7 @@ def test_the_learnt_factor_never_drops_under_promises() -> None:
 
 def test_a_slipped_guarantee_is_run_now_when_the_others_can_spare_their_margins() -> None:
     from qosflow.core.admission import Candidate, backward_fill
-    from qosflow.sim.policies.qosflow_rules import repair
+    from qosflow.core.allocation import repair
 
     def cand(name: str, deadline: float, steps: int, margin: float) -> Candidate:
         return Candidate(name, deadline, steps, margin, (4, 8), (1 / 3.6, 1 / 6.5), True)

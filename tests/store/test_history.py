@@ -33,8 +33,8 @@ def stream(
     return out
 
 
-def test_samples_round_trip_newest_first_limit_and_isolation(tmp_path: Path) -> None:
-    store = HistoryStore(f"sqlite:///{tmp_path / 'sub' / 'h.db'}")
+def test_samples_round_trip_newest_first_limit_and_isolation(store_url: str) -> None:
+    store = HistoryStore(store_url)
     rows = [ProgressSample(float(i), 10 * i, 2) for i in range(50)]
     store.record_samples("nightly", "cpu", rows)
     store.record_samples("nightly", "gpu", rows[:5])
@@ -46,8 +46,8 @@ def test_samples_round_trip_newest_first_limit_and_isolation(tmp_path: Path) -> 
     assert store.samples("missing", "cpu") == []
 
 
-def test_recording_the_same_samples_twice_stores_them_once(tmp_path: Path) -> None:
-    store = HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
+def test_recording_the_same_samples_twice_stores_them_once(store_url: str) -> None:
+    store = HistoryStore(store_url)
     rows = [ProgressSample(float(i), i, 1) for i in range(20)]
     store.record_samples("k", "cpu", rows)
     store.record_samples("k", "cpu", [*rows[10:], ProgressSample(99.0, 99, 1)])
@@ -128,8 +128,8 @@ def _writer(url: str, key: str, barrier: Any, spans: Any) -> None:
 
 
 @pytest.mark.slow
-def test_two_writer_processes_lose_no_row(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+def test_two_writer_processes_lose_no_row(store_url: str) -> None:
+    url = store_url
     # no store is opened here: both writers create the tables at the same time
     # forkserver, not fork: a child forked from this (threaded, Airflow-importing) test process
     # can inherit a lock held by another thread and hang; the barrier still starts both at once
@@ -153,8 +153,8 @@ def test_two_writer_processes_lose_no_row(tmp_path: Path) -> None:
     ]
 
 
-def test_a_retried_prediction_record_is_stored_once(tmp_path: Path) -> None:
-    store = HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
+def test_a_retried_prediction_record_is_stored_once(store_url: str) -> None:
+    store = HistoryStore(store_url)
     store.record_prediction("job", 100.0, 110.0)
     store.record_prediction("job", 100.0, 110.0)
     store.record_prediction("job", 100.0, 120.0)
@@ -172,11 +172,10 @@ BLOCK = {
 }
 
 
-def test_the_promise_ledger_records_renews_and_lets_promises_lapse(tmp_path: Path) -> None:
+def test_the_promise_ledger_records_renews_and_lets_promises_lapse(store_url: str) -> None:
     from qosflow.store.ledger import PROMISE_TTL_S
 
-    url = f"sqlite:///{tmp_path}/h.db"
-    store = HistoryStore(url)
+    store = HistoryStore(store_url)
     try:
         with store.promise_ledger(1000.0) as ledger:
             assert ledger.pending("gpu") == {}
@@ -212,8 +211,8 @@ def _plan_step(url: str, name: str, barrier: threading.Barrier, seen: dict[str, 
         store.close()
 
 
-def test_two_plan_steps_at_the_same_instant_cannot_both_promise(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path}/h.db"
+def test_two_plan_steps_at_the_same_instant_cannot_both_promise(store_url: str) -> None:
+    url = store_url
     HistoryStore(url).close()
     barrier = threading.Barrier(2, timeout=1.0)
     seen: dict[str, list[str]] = {}
@@ -248,3 +247,74 @@ def test_a_database_of_an_older_qosflow_gains_the_share_column(tmp_path: Path) -
     store.record_samples("k", "cpu", [ProgressSample(2.0, 9, 2, 0.61)])
     assert store.samples("k", "cpu") == [ProgressSample(1.0, 5, 2), ProgressSample(2.0, 9, 2, 0.61)]
     HistoryStore(f"sqlite:///{path}").close()  # opening it again changes nothing
+
+
+def test_a_folder_that_cannot_be_created_is_a_history_error_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "file.txt").write_text("a regular file, so no folder can be made under it")
+    with pytest.raises(HistoryError, match=r"file\.txt/sub/h\.db.*cannot create folder") as err:
+        HistoryStore(f"sqlite:///{tmp_path / 'file.txt' / 'sub' / 'h.db'}")
+    assert "Not a directory" in str(err.value)
+    with pytest.raises(HistoryError, match=r"cannot create folder .*file\.txt'?: it is a file"):
+        HistoryStore(f"sqlite:///{tmp_path / 'file.txt' / 'h.db'}")
+
+
+@pytest.mark.skipif(
+    not Path("/sys/kernel").is_dir(), reason="needs sysfs, where even root cannot mkdir"
+)
+def test_a_permission_error_on_the_folder_is_a_history_error(tmp_path: Path) -> None:
+    with pytest.raises(HistoryError, match="cannot create folder '/sys/qosflow-no-such") as err:
+        HistoryStore("sqlite:////sys/qosflow-no-such/sub/h.db")
+    assert isinstance(err.value.__context__, OSError)  # EPERM for root, EACCES for others
+
+
+def test_an_unwritable_folder_and_a_folder_as_database_are_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "dir.db").mkdir()
+    with pytest.raises(HistoryError, match=r"dir\.db'?: not a regular file"):
+        HistoryStore(f"sqlite:///{tmp_path / 'dir.db'}")
+    import qosflow.store.history as history
+
+    # root may write any folder, so the answer of the permission check is what is faked here
+    monkeypatch.setattr(history.os, "access", lambda *_a, **_k: False)
+    with pytest.raises(HistoryError, match=r"cannot write folder .*: permission denied"):
+        HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
+
+
+def test_a_sqlite_url_with_a_password_is_a_spec_error_without_it() -> None:
+    with pytest.raises(SpecError, match=r"history\.url") as err:
+        HistoryStore("sqlite://user:secret@host/h.db")
+    assert "secret" not in str(err.value)
+
+
+def _filled(path: Path) -> bytes:
+    store = HistoryStore(f"sqlite:///{path}")
+    store.record_samples("k", "cpu", [ProgressSample(float(i), i, 1) for i in range(300)])
+    store.close()  # the last connection checkpoints the WAL into the file
+    assert not path.with_name(path.name + "-wal").exists()
+    return path.read_bytes()
+
+
+def test_a_byte_flipped_database_is_refused_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    data = bytearray(_filled(path))
+    size = int.from_bytes(data[16:18], "big")
+    leaves = [p * size for p in range(1, len(data) // size) if data[p * size] == 0x0D]
+    page = max(leaves, key=lambda at: int.from_bytes(data[at + 3 : at + 5], "big"))  # most cells
+    data[page + 8] ^= 0xFF  # the high byte of its first cell pointer: now off the page
+    path.write_bytes(bytes(data))
+    with pytest.raises(HistoryError, match=r"h\.db'?: the database is corrupt") as err:
+        HistoryStore(f"sqlite:///{path}")
+    assert "out of range" in str(err.value)
+
+
+def test_a_database_with_a_damaged_header_is_refused_at_open(tmp_path: Path) -> None:
+    path = tmp_path / "h.db"
+    data = bytearray(_filled(path))
+    data[0] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(HistoryError, match="corrupt or not a SQLite database") as err:
+        HistoryStore(f"sqlite:///{path}")
+    assert "file is not a database" in str(err.value)
+    (tmp_path / "ok.db").write_bytes(_filled(tmp_path / "ok.db"))
+    assert HistoryStore(f"sqlite:///{tmp_path / 'ok.db'}").count_samples("k") == 300

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -7,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qosflow.trainer.checkpoint import MAGIC, CheckpointStore, decode, encode
+from qosflow.trainer.checkpoint import (
+    MAGIC,
+    STALE_TEMP_AGE_S,
+    CheckpointStore,
+    Cleaned,
+    decode,
+    encode,
+    pid_alive,
+)
 from qosflow.trainer.errors import TrainerError
 
 ARRAYS = {"w0": np.arange(12.0).reshape(3, 4), "b0": np.array([1.5, -2.0])}
@@ -79,3 +88,50 @@ def test_save_is_atomic_keeps_newest_and_ignores_foreign_files(tmp_path: Path) -
 def test_keep_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(TrainerError, match="keep_checkpoints"):
         CheckpointStore(tmp_path, keep=0)
+
+
+def _dead_pid() -> int:
+    """A pid no process can have: one above the kernel's pid_max."""
+    return int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+
+
+def _temp(store: CheckpointStore, step: int, pid: int, size: int = 100) -> Path:
+    store.directory.mkdir(parents=True, exist_ok=True)
+    path = store.directory / f".{store.path_for(step).name}.{pid}.tmp"
+    path.write_bytes(b"x" * size)
+    return path
+
+
+def test_stale_temps_of_dead_writers_are_removed_live_ones_kept(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    store.save(5, ARRAYS, {})
+    dead = _temp(store, 10, _dead_pid(), size=300)
+    own = _temp(store, 11, os.getpid(), size=20)  # a restarted container's reused pid
+    live = _temp(store, 12, os.getppid())
+    old_live = _temp(store, 13, os.getppid(), size=7)
+    os.utime(old_live, (old_live.stat().st_mtime - STALE_TEMP_AGE_S - 1,) * 2)
+    foreign = [tmp_path / ".notes.123.tmp", tmp_path / f".ckpt-1.qfck.{_dead_pid()}.tmp"]
+    for path in foreign:
+        path.write_text("not ours")
+    cleaned = store.clean_stale_temps()
+    assert cleaned.removed == (dead, own, old_live) and cleaned.bytes == 327
+    assert cleaned.failed == ()
+    assert live.exists() and all(p.exists() for p in foreign)
+    assert [p.step for p in map(store.load, store.files())] == [5]
+
+
+def test_stale_temp_age_uses_the_given_clock_and_alive_check(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    path = _temp(store, 1, 4242)
+    mtime = path.stat().st_mtime
+    assert store.clean_stale_temps(now=mtime + 59, max_age_s=60, alive=lambda _: True).removed == ()
+    assert store.clean_stale_temps(now=mtime + 61, max_age_s=60, alive=lambda _: True).removed == (
+        path,
+    )
+    assert CheckpointStore(tmp_path / "absent").clean_stale_temps() == Cleaned()
+
+
+def test_pid_alive() -> None:
+    assert pid_alive(os.getpid()) and pid_alive(os.getppid())
+    assert not pid_alive(_dead_pid())
+    assert not pid_alive(0) and not pid_alive(-1) and not pid_alive(2**80)

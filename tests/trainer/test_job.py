@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +137,19 @@ def test_unwritable_progress_file_does_not_stop_training(tmp_path: Path) -> None
     code, result, events = _run(cfg)
     assert code == 0 and result["steps"] == 3
     assert [e["event"] for e in events].count("progress_error") == 1
+
+
+def test_a_run_removes_temp_files_of_killed_writers_and_says_so(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, QOSFLOW_TOTAL_STEPS="2")
+    _run(cfg)
+    dead = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1
+    stale = [cfg.checkpoint_dir / f".ckpt-{s:010d}.qfck.{dead}.tmp" for s in (3, 4)]
+    for path in stale:
+        path.write_bytes(b"\0" * 1000)
+    live = cfg.checkpoint_dir / f".ckpt-0000000005.qfck.{os.getppid()}.tmp"
+    live.write_bytes(b"\0")
+    code, _, events = _run(cfg)
+    assert code == 0 and events[0] == {"event": "cleaned_temp", "files": 2, "bytes": 2000}
+    assert not any(p.exists() for p in stale) and live.exists()
+    _, _, events = _run(cfg)  # nothing stale left: no event
+    assert "cleaned_temp" not in [e["event"] for e in events]

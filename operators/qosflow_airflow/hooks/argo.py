@@ -10,6 +10,11 @@ Connection fields:
   (directory under which each job keeps its checkpoints, as the training pods see it).
 
 Nothing is contacted until :meth:`QosflowArgoHook.get_cluster` is called.
+
+Secrets (the token, a password in ``history_url``) stay in the connection: a
+:class:`ClusterConfig`'s repr shows neither (:func:`masked_url`), the steps put neither in XCom,
+and reading a connection registers the history password with Airflow's log masker, like Airflow
+does for the connection's own password.
 """
 
 from __future__ import annotations
@@ -61,6 +66,54 @@ class ClusterConfig:
     ca_cert: str | None
     history_url: str
     checkpoint_root: str
+
+    def __repr__(self) -> str:
+        """Every field but the secrets: no token, the history URL with its password masked."""
+        return (
+            f"ClusterConfig(argo_url={self.argo_url!r}, namespace={self.namespace!r}, "
+            f"token={'***' if self.token else None}, kube_url={self.kube_url!r}, "
+            f"kubeconfig={self.kubeconfig!r}, verify_ssl={self.verify_ssl!r}, "
+            f"ca_cert={self.ca_cert!r}, history_url={masked_url(self.history_url)!r}, "
+            f"checkpoint_root={self.checkpoint_root!r})"
+        )
+
+
+def url_passwords(url: str) -> list[str]:
+    """The password of a SQLAlchemy URL as written and decoded; ``[]`` when it has none."""
+    from urllib.parse import quote_plus
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        password = make_url(url).password
+    except (ArgumentError, ValueError):
+        return []
+    if not password:
+        return []
+    return sorted({str(password), quote_plus(str(password))})
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (what logs and the UI may show)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return str(make_url(url).render_as_string(hide_password=True))
+    except (ArgumentError, ValueError):
+        return "<not a SQLAlchemy URL>"
+
+
+def mask_in_logs(config: ClusterConfig) -> None:
+    """Register the config's secrets with Airflow's log masker (a no-op outside Airflow)."""
+    try:
+        from airflow.sdk.log import mask_secret
+    except ImportError:  # pragma: no cover - the provider always runs inside Airflow
+        return
+    for secret in (config.token, *url_passwords(config.history_url)):
+        if secret:
+            mask_secret(secret)
 
 
 def _flag(value: Any, field: str) -> bool:
@@ -147,7 +200,9 @@ class QosflowArgoHook(BaseHook):
     def config(self) -> ClusterConfig:
         """The validated connection."""
         conn = self.get_connection(self.qosflow_conn_id)
-        return config_from_connection(host=conn.host, password=conn.password, extra=conn.extra)
+        config = config_from_connection(host=conn.host, password=conn.password, extra=conn.extra)
+        mask_in_logs(config)
+        return config
 
     def get_conn(self) -> ArgoCluster:
         """Airflow's generic accessor; same as :meth:`get_cluster`."""

@@ -3,11 +3,14 @@
 ``QosflowError``s map to Airflow's exceptions: invalid input and refusals
 (:class:`~qosflow.core.errors.SpecError`, non-retryable
 :class:`~qosflow.core.errors.ClusterError`) fail the task **without retry**; a retryable cluster error
-is an ordinary failure that the task's retries may cure.
+and a transient history-store error (:func:`transient_store_error`: ``database is locked`` after
+the busy timeout, a dropped or refused database connection) are ordinary failures that the task's
+retries may cure.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
@@ -22,10 +25,50 @@ from qosflow_airflow.state import STATE_KEY, TrainingState, latest_state
 T = TypeVar("T")
 
 
+_TRANSIENT_DB = frozenset(
+    {"OperationalError", "InterfaceError", "DisconnectionError", "TimeoutError"}
+)
+"""SQLAlchemy (and DB-API) errors of a database that is busy or out of reach, not of bad input."""
+_LOCKED = ("database is locked", "database table is locked")
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc``'s causes and contexts (``raise … from None`` keeps the context), nearest first."""
+    out: list[BaseException] = []
+    nxt: BaseException | None = exc.__cause__ or exc.__context__
+    while nxt is not None and nxt not in out and len(out) < 8:
+        out.append(nxt)
+        nxt = nxt.__cause__ or nxt.__context__
+    return out
+
+
+def transient_store_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a history-store failure that may pass: a lock, a lost connection.
+
+    A :class:`~qosflow.store.history.HistoryError` caused by a SQLAlchemy or DB-API
+    ``OperationalError`` (``database is locked`` after the busy timeout, connection refused),
+    ``InterfaceError``, ``DisconnectionError``, a pool ``TimeoutError`` or a network error, or
+    saying ``database is locked``. A missing driver, a corrupt file, a permission or a schema
+    error is not.
+    """
+    history = sys.modules.get("qosflow.store.history")  # not loaded: no store error possible
+    if history is None or not isinstance(exc, history.HistoryError):
+        return False
+    if any(word in str(exc) for word in _LOCKED):
+        return True
+    for cause in _chain(exc):
+        network = isinstance(cause, ConnectionError | TimeoutError)
+        if network or {c.__name__ for c in type(cause).__mro__} & _TRANSIENT_DB:
+            return True
+    return False
+
+
 def airflow_error(exc: QosflowError) -> AirflowException:
-    """The Airflow exception a qosflow error becomes (no retry unless the cluster says so)."""
+    """The Airflow exception a qosflow error becomes (no retry unless it may pass)."""
     if isinstance(exc, ClusterError) and exc.retryable:
         return AirflowException(str(exc))
+    if transient_store_error(exc):
+        return AirflowException(f"{exc} (transient: the task's retries may cure it)")
     return AirflowFailException(str(exc))
 
 

@@ -1,25 +1,48 @@
-"""``FinishTrainingOperator``: confirm completion, record history, write the report.
+"""``FinishTrainingOperator``: steer to the end, record history, write the report.
 
-Runs whatever happened before it (the task group gives it ``all_done``): it waits (deferred) for a
-still-running job to end, records the observed progress in the history store so the next run starts
-from a fitted model, and writes the report — a table (logged and pushed) and a PNG. It fails when
-the job was never submitted or did not succeed, so the DAG run fails with the reason.
+Runs whatever happened before it (the task group gives it ``all_done``). While the job still runs
+it keeps steering it: the rounds before it are the visible, branch-by-branch part of the control
+loop; once they are used up the finish step's own wait is the same watch on the job board (the
+cluster allocator, :func:`qosflow.core.steer.steer`), and it takes the same actions
+(:mod:`qosflow_airflow.act`: give units back, take free ones, pause, resume, re-prioritise) and
+waits again, until the job ends. Its actions are in its log, in its ``acts`` XCom and on the
+report. Then it takes the job off the board (its units are free for the others), records the
+observed progress in the history store so the next run starts from a fitted model, and writes
+the report — a table (logged and pushed) and a PNG. It fails when the job was never submitted or
+did not succeed, so the DAG run fails with the reason.
+
+A busy history store does not fail a job whose training succeeded: a transient store error
+(``database is locked`` after the busy timeout, a lost connection) is retried in the task for
+``store_retry_s`` seconds, then fails the try as retryable (:func:`~qosflow_airflow.operators.base.
+transient_store_error`). A retried finish is safe: the predictions and samples it records again are
+stored once, the report is rewritten, nothing is resubmitted (the tail of an interrupted wait is
+not seen again, so it is not recorded).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from qosflow.core.cluster import JobStatus, Phase
-from qosflow_airflow.operators.base import QosflowOperator, guarded
+from qosflow.core.errors import QosflowError
+from qosflow_airflow import act
+from qosflow_airflow.operators.base import QosflowOperator, guarded, transient_store_error
 from qosflow_airflow.report import Mark, Report
-from qosflow_airflow.state import TrainingState, job_from_dict, samples_from_rows
-from qosflow_airflow.triggers.progress import DeadlineProgressTrigger
+from qosflow_airflow.state import (
+    TrainingState,
+    job_from_dict,
+    latest_state,
+    samples_from_rows,
+    samples_to_rows,
+)
+from qosflow_airflow.triggers.progress import DeadlineProgressTrigger, new_watcher, poll_once
+from qosflow_airflow.watch import DECISION, FAILED, WatchEvent
 
 if TYPE_CHECKING:
     from qosflow.core.speed import ProgressSample
@@ -35,8 +58,17 @@ class FinishTrainingOperator(QosflowOperator):
         report_dir: Where the PNG goes (``<report_dir>/<job>.png``).
         poll_interval: Seconds between polls while waiting for the end.
         deferrable: Wait in the triggerer (default).
+        steer: Keep steering the job until it ends (default); ``False``: only wait for the end.
+        hold_seconds: How long a decision must hold before the step acts on it (default: the
+            job's ``dwell_seconds``).
+        store_retry_s: How long a transient history-store error is retried in the task.
         **kwargs: ``conn_id``, ``state_task_ids`` and the usual operator arguments.
     """
+
+    clock = staticmethod(time.monotonic)
+    """Clock of the store retries (tests replace it)."""
+    sleep = staticmethod(time.sleep)
+    """Wait between store retries (tests replace it)."""
 
     template_fields: Sequence[str] = (
         "conn_id",
@@ -56,6 +88,9 @@ class FinishTrainingOperator(QosflowOperator):
         report_dir: str = ".qosflow/reports",
         poll_interval: float = 5.0,
         deferrable: bool = True,
+        steer: bool = True,
+        hold_seconds: float | None = None,
+        store_retry_s: float = 60.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -65,6 +100,9 @@ class FinishTrainingOperator(QosflowOperator):
         self.report_dir = report_dir
         self.poll_interval = poll_interval
         self.deferrable = deferrable
+        self.steer = steer
+        self.hold_seconds = hold_seconds
+        self.store_retry_s = store_retry_s
 
     def _state(self, context: Any) -> tuple[Mapping[str, Any], TrainingState]:
         plan = context["ti"].xcom_pull(task_ids=self.plan_task_id)
@@ -72,30 +110,185 @@ class FinishTrainingOperator(QosflowOperator):
             raise AirflowFailException("nothing to finish: the plan step did not produce a plan")
         return plan, self.current_state(context)
 
+    def current_state(self, context: Any) -> TrainingState:
+        """The newest state: this step's own (it may have acted), else the rounds'."""
+        own = latest_state(context["ti"], [self.task_id])
+        return own if own is not None else super().current_state(context)
+
+    def _history(self, context: Any) -> list[list[Any]]:
+        """The rounds' progress rows (the watch's fit starts from them)."""
+        rows: list[list[Any]] = []
+        for task_id in self.watch_task_ids:
+            event = context["ti"].xcom_pull(task_ids=task_id)
+            if event:
+                rows.extend(list(r) for r in event.get("samples", []))
+        return rows
+
+    def _running(self, status: JobStatus, state: TrainingState) -> bool:
+        """Whether there is still something to wait for (a paused job waits for its units)."""
+        return not status.phase.finished or (self.steer and state.paused)
+
     def execute(self, context: Any) -> dict[str, Any]:
-        """Report now if the job ended, else wait for it."""
+        """Report now if the job ended, else steer it (or wait) until it does."""
         plan, state = self._state(context)
         cluster = guarded(self.hook.get_cluster)
         status = guarded(lambda: cluster.status(state.workflow))
-        if not status.phase.finished and self.deferrable:
-            trigger = DeadlineProgressTrigger(
-                state=state.to_dict(),
-                conn_id=self.conn_id,
-                poll_interval=self.poll_interval,
-                purpose="await_end",
-            )
-            self.defer(trigger=trigger, method_name="execute_complete")
-        while not status.phase.finished:
-            time.sleep(self.poll_interval)
-            status = guarded(lambda: cluster.status(state.workflow))
-        return self.finish(context, plan, state, status, [])
+        if self._running(status, state) and self.deferrable:
+            self._defer(context, state, [], [])
+        tail: list[list[Any]] = []
+        acts: list[dict[str, Any]] = []
+        while self._running(status, state):  # poke mode: the same loop in this worker
+            event = guarded(partial(self._poke_until_event, context, cluster, state, tail))
+            tail += samples_to_rows(event.samples)
+            if event.status != DECISION:
+                break
+            state = self._act(context, cluster, state, event.to_dict(), acts)
+            status = guarded(partial(cluster.status, state.workflow))
+        status = guarded(lambda: cluster.status(state.workflow))
+        return guarded(
+            lambda: self.finish(context, plan, state, status, samples_from_rows(tail), acts)
+        )
 
-    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
-        """After the wait: the final status, then record and report."""
-        plan, state = self._state(context)
-        status = guarded(lambda: self.hook.get_cluster().status(state.workflow))
-        rows = (event or {}).get("samples", [])
-        return self.finish(context, plan, state, status, samples_from_rows(rows))
+    def _poke_until_event(
+        self, context: Any, cluster: Any, state: TrainingState, tail: list[list[Any]]
+    ) -> WatchEvent:
+        """Poll in this worker until the watch reports (a decision that held, or the end)."""
+        watcher = new_watcher(
+            state,
+            history_url=self.hook.config.history_url,
+            samples=samples_from_rows(self._history(context) + tail),
+            hold_s=self._hold(state),
+            purpose="steer" if self.steer else "await_end",
+            cluster=cluster,
+        )
+        while (event := poll_once(cluster, watcher)) is None:
+            time.sleep(self.poll_interval)
+        return event
+
+    def _hold(self, state: TrainingState) -> float:
+        return state.spec.dwell_seconds if self.hold_seconds is None else float(self.hold_seconds)
+
+    def _defer(
+        self,
+        context: Any,
+        state: TrainingState,
+        tail: list[list[Any]],
+        acts: list[dict[str, Any]],
+    ) -> None:
+        """Wait in the triggerer: the watch on the board, with everything seen so far."""
+        trigger = DeadlineProgressTrigger(
+            state=state.to_dict(),
+            conn_id=self.conn_id,
+            samples=self._history(context) + tail,
+            poll_interval=self.poll_interval,
+            hold_seconds=self._hold(state),
+            purpose="steer" if self.steer else "await_end",
+        )
+        self.defer(
+            trigger=trigger,
+            method_name="execute_complete",
+            kwargs={"state": state.to_dict(), "tail": tail, "acts": acts},
+        )
+
+    def _act(
+        self,
+        context: Any,
+        cluster: Any,
+        state: TrainingState,
+        event: dict[str, Any],
+        acts: list[dict[str, Any]],
+    ) -> TrainingState:
+        """Take the watch's decision (the same actions as a round's); the state after it."""
+        from qosflow.core.decide import Action, Decision
+
+        decision = Decision.from_dict(event["decision"])
+        how = act.bump if decision.action in (Action.BUMP, Action.AT_RISK) else act.rescale
+        record, new = guarded(lambda: how(cluster, state, decision))
+        acts.append(record)
+        self.log.info("after the rounds: %s", record["reason"])
+        if new is None:
+            return state
+        self.push_state(context, new)
+        return new
+
+    def execute_complete(
+        self,
+        context: Any,
+        event: dict[str, Any] | None = None,
+        state: dict[str, Any] | None = None,
+        tail: list[list[Any]] | None = None,
+        acts: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """After a wait: act on a decision and wait again, or record and report the end."""
+        plan, current = self._state(context)
+        st = TrainingState.from_dict(state) if state else current
+        event = event or {}
+        rows = [*(tail or []), *(list(r) for r in event.get("samples", []))]
+        done_acts = list(acts or [])
+        if event.get("status") == "error":
+            raise AirflowException(event.get("message") or "the watch failed")
+        cluster = guarded(self.hook.get_cluster)
+        if event.get("status") == DECISION:
+            st = self._act(context, cluster, st, event, done_acts)
+            status = guarded(lambda: cluster.status(st.workflow))
+            if self._running(status, st):
+                self._defer(context, st, rows, done_acts)
+        elif event.get("status") == FAILED:
+            self.log.warning("%s", event.get("message"))
+        status = guarded(lambda: cluster.status(st.workflow))
+        return guarded(
+            lambda: self.finish(context, plan, st, status, samples_from_rows(rows), done_acts)
+        )
+
+    def leave_board(self, state: TrainingState) -> None:
+        """The job ended: off the namespace's job board, its units free for the others."""
+        from qosflow.store.board import JobBoard
+        from qosflow_airflow.board import finish_on_board
+
+        cluster = self.hook.get_cluster()
+        namespace = str(getattr(cluster, "namespace", "qosflow"))
+        try:
+            store = self.hook.get_history()
+            try:
+                finish_on_board(JobBoard(store, namespace), state.name, now=cluster.now())
+            finally:
+                store.close()
+        except QosflowError as exc:  # its row times out (HEARTBEAT_TTL_S) and frees the units
+            self.log.warning("could not take %s off the job board: %s", state.name, exc)
+
+    def record(
+        self,
+        spec_key: str,
+        unit: str,
+        samples: Sequence[ProgressSample],
+        pairs: Sequence[tuple[float, float]],
+    ) -> None:
+        """Store the samples and prediction pairs, retrying a transient store error a while.
+
+        Predictions go first, then the samples in one transaction, so a retried finish stores
+        neither twice (both are deduplicated) and never half the samples.
+
+        Raises:
+            HistoryError: The store failed for good, or stayed busy for ``store_retry_s``.
+        """
+        give_up = self.clock() + self.store_retry_s
+        pause = 1.0
+        while True:
+            try:
+                store = self.hook.get_history()
+                try:
+                    for pred, real in pairs:
+                        store.record_prediction(spec_key, pred, real)
+                    store.record_samples(spec_key, unit, samples)
+                finally:
+                    store.close()
+                return
+            except QosflowError as exc:
+                if not transient_store_error(exc) or self.clock() + pause > give_up:
+                    raise
+                self.log.warning("history store busy (%s); retrying in %.0f s", exc, pause)
+            self.sleep(pause)
+            pause = min(2 * pause, 15.0)
 
     def finish(
         self,
@@ -104,12 +297,15 @@ class FinishTrainingOperator(QosflowOperator):
         state: TrainingState,
         status: JobStatus,
         tail: Sequence[ProgressSample],
+        own_acts: Sequence[Mapping[str, Any]] = (),
     ) -> dict[str, Any]:
-        """Record history, write the report, fail unless the job succeeded."""
+        """Free the job's units on the board, record history, report; fail unless it succeeded."""
         ti = context["ti"]
+        self.leave_board(state)
         events = [ti.xcom_pull(task_ids=t) for t in self.watch_task_ids]
         events = [e for e in events if e]
         acts = [a for a in (ti.xcom_pull(task_ids=t) for t in self.act_task_ids) if a]
+        acts += list(own_acts)
         samples = sorted(
             {(s.time, s.steps_done, s.units): s for s in _samples(events, tail)}.values(),
             key=lambda s: s.time,
@@ -117,13 +313,8 @@ class FinishTrainingOperator(QosflowOperator):
         report = build_report(plan, events, acts, samples, status)
         spec = job_from_dict(plan["job"])
         if report.succeeded and samples:
-            store = self.hook.get_history()
-            try:
-                store.record_samples(spec.key, spec.resources.unit, samples)
-                for pred, real in _prediction_pairs(events, report.finished_at, status.units):
-                    store.record_prediction(spec.key, pred, real)
-            finally:
-                store.close()
+            pairs = _prediction_pairs(events, report.finished_at, status.units)
+            self.record(spec.key, spec.resources.unit, samples, pairs)
         png = report.plot(Path(self.report_dir) / f"{spec.name}.png").resolve()
         table = report.table()
         self.log.info("report for %s:\n%s\nplot: %s", spec.name, table, png)
@@ -136,6 +327,7 @@ class FinishTrainingOperator(QosflowOperator):
             "png": str(png),
             "table": table,
             "workflow": state.workflow,
+            "acts_after_rounds": len(own_acts),
         }
         if not report.succeeded:
             ti.xcom_push(key="report", value=result)

@@ -7,6 +7,11 @@ annotations, :mod:`qosflow_airflow.admitted`). The plan goes to XCom as JSON wit
 words, the run-unique job id that names the workflows, and the admission block the workflows'
 plan annotation carries for later plans. ``rejected`` fails the task without retry and names the
 counter-offer deadline; nothing is submitted. ``best_effort`` continues with a warning naming the counter-offer.
+
+The job id and a relative deadline's anchor come from the DAG run (:mod:`qosflow_airflow.run`), so
+planning the same run again (a retry, or the task group cleared) finds the same job: one promise
+in the ledger, and a submit that re-attaches to the workflows already running. The plan XCom
+names the connection (``conn_id``), never the history store's URL (it may hold a password).
 """
 
 from __future__ import annotations
@@ -22,12 +27,27 @@ from typing import TYPE_CHECKING, Any, cast
 import yaml
 from airflow.sdk.exceptions import AirflowFailException
 
+from qosflow.core.cluster import JobStatus
 from qosflow.core.errors import SpecError
 from qosflow.core.spec import JobSpec, load_job
-from qosflow_airflow.admitted import ADMISSION_KEY, admission_block, admitted_jobs, job_id
+from qosflow_airflow.admitted import (
+    ADMISSION_KEY,
+    admission_block,
+    admitted_jobs,
+    job_id,
+    succeeded_jobs,
+)
 from qosflow_airflow.operators.base import QosflowOperator, guarded
 from qosflow_airflow.restart import submit_request
+from qosflow_airflow.run import (
+    DeadlineAnchor,
+    RunIdentity,
+    check_anchor,
+    deadline_anchor,
+    run_identity,
+)
 from qosflow_airflow.state import TrainingState, job_from_dict, job_to_dict, json_safe
+from qosflow_argo.adopt import RUN_KEY
 
 if TYPE_CHECKING:
     from qosflow.core.planning import Plan
@@ -74,6 +94,9 @@ class PlanTrainingOperator(QosflowOperator):
         deadline: Overrides the spec's deadline: ``HH:MM`` (next such time in the DAG's timezone),
             an ISO instant or an ISO duration.
         initial_units: Start at this size instead of the planned one (it must be an allowed level).
+        deadline_anchor: What a relative deadline (``PT…``, and ``HH:MM``'s "next") counts from:
+            ``queued`` (default: when the DAG run was queued, so every re-run of it gets the same
+            deadline), ``logical`` (its logical date) or ``plan`` (when this step runs).
         **kwargs: ``conn_id`` and the usual operator arguments.
     """
 
@@ -86,15 +109,23 @@ class PlanTrainingOperator(QosflowOperator):
         job: Mapping[str, Any] | str,
         deadline: str | None = None,
         initial_units: int | str | None = None,
+        deadline_anchor: DeadlineAnchor = "queued",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.job = _job_mapping(job)
         self.deadline = deadline
         self.initial_units = initial_units
+        self.deadline_anchor: DeadlineAnchor = check_anchor(deadline_anchor)
+        self._guaranteed_others: tuple[str, ...] = ()
 
     def load(self, now: datetime, tz: tzinfo) -> JobSpec:
-        """The validated spec, with the deadline override applied."""
+        """The validated spec, with the deadline override applied.
+
+        Args:
+            now: The anchor: relative deadlines count from it, and it is the submission time.
+            tz: The timezone ``HH:MM`` is read in.
+        """
         data: Any = self.job
         if self.deadline:
             if isinstance(data, str):
@@ -111,13 +142,15 @@ class PlanTrainingOperator(QosflowOperator):
         now = cluster.now()
         dag = context.get("dag")
         tz: tzinfo = getattr(dag, "timezone", None) or UTC
-        spec = self.load(datetime.fromtimestamp(now, UTC), tz)
+        anchor = min(deadline_anchor(context, self.deadline_anchor, now), now)
+        spec = self.load(datetime.fromtimestamp(anchor, UTC), tz)
         res = spec.resources
         forced = _optional_int(self.initial_units, "initial_units")
         if forced is not None and forced not in res.levels:
             raise SpecError("initial_units", f"must be one of {list(res.levels)} (got {forced})")
-        ident = job_id(spec.name, spec.key, spec.deadline, context.get("run_id") or "")
-        plan, active = self._admit(cluster, spec, now, ident)
+        run = run_identity(context)
+        ident = plan_job_id(spec, run)
+        plan, _active = self._admit(cluster, spec, now, ident)
         verdict = plan.verdict
         self._tell(spec, plan)
         units = forced or verdict.units
@@ -130,13 +163,15 @@ class PlanTrainingOperator(QosflowOperator):
             annotation[ADMISSION_KEY] = admission_block(
                 plan.candidate, verdict.kind, spec.total_steps, res.unit
             )
+        if run is not None:
+            annotation[RUN_KEY] = run.to_dict()
         return cast(
             "dict[str, Any]",
             json_safe(
                 {
                     "job": job_to_dict(spec),
                     "job_id": ident,
-                    "admitted": [a.name for a in active.guaranteed],
+                    "admitted": list(self._guaranteed_others),
                     "plan": annotation,
                     "units": units,
                     "verdict": verdict.kind,
@@ -144,7 +179,7 @@ class PlanTrainingOperator(QosflowOperator):
                     "counter_offer": verdict.counter_offer,
                     "priority_class": plan.priority_class,
                     "priority": plan.priority,
-                    "history_url": self.hook.config.history_url,
+                    "conn_id": self.conn_id,
                     "planned_at": now,
                 }
             ),
@@ -161,30 +196,70 @@ class PlanTrainingOperator(QosflowOperator):
             history = store.history(spec.key, res.unit)
             prior = prior_of(history, res.per_node, now=now)
             calibration = store.calibration(spec.key)
-            # one plan step at a time: a promise given a moment ago, whose workflow is not on
-            # the cluster yet, still counts (two DAGs planning at the same instant)
-            with store.promise_ledger(now) as ledger:
-                active = admitted_jobs(
-                    cluster, unit=res.unit, exclude=ident, pending=ledger.pending(res.unit)
-                )
-                capacity = cluster.capacity(res.unit)
-                plan = plan_job(
-                    spec,
-                    capacity=min(capacity.free + active.held_units, capacity.total),
-                    now=now,
-                    admitted=active.guaranteed,
-                    prior=prior,
-                    calibration=calibration,
-                    history=history,
-                )
-                if plan.verdict.kind == "guaranteed" and plan.candidate is not None:
-                    block = admission_block(
-                        plan.candidate, "guaranteed", spec.total_steps, res.unit
-                    )
-                    ledger.record(ident, res.unit, json_safe(block))
+            active = admitted_jobs(cluster, unit=res.unit, exclude=ident, pending={})
+            capacity = cluster.capacity(res.unit)
+            free = capacity.free + active.held_units + active.own_units  # a re-plan's own
+            plan = plan_job(  # the job's own numbers: prediction, schedule, class, offer
+                spec,
+                capacity=min(free, capacity.total),
+                now=now,
+                admitted=active.guaranteed,
+                prior=prior,
+                calibration=calibration,
+                history=history,
+            )
+            # the verdict is the cluster allocator's on the job board: one plan step at a time
+            # sees every job of the namespace, also those whose workflow is not submitted yet
+            plan = self._on_board(store, cluster, spec, plan, ident, now, calibration, active)
         finally:
             store.close()
         return plan, active
+
+    def _on_board(
+        self,
+        store: Any,
+        cluster: Any,
+        spec: JobSpec,
+        plan: Plan,
+        ident: str,
+        now: float,
+        calibration: Any,
+        active: Any,
+    ) -> Plan:
+        """Put the job on the board and take the allocator's verdict, size and class."""
+        from dataclasses import replace
+
+        from qosflow.core.admission import Kind, Verdict
+        from qosflow.store.board import BoardEntry, JobBoard
+        from qosflow_airflow.board import allocate_on_board, publish
+
+        res = spec.resources
+        factor = calibration.factor if calibration is not None else None
+        entry = BoardEntry(job_id=ident, unit=res.unit, spec=job_to_dict(spec))
+        answer = allocate_on_board(
+            JobBoard(store, str(getattr(cluster, "namespace", "qosflow"))),
+            publish(entry, plan.belief, factor),
+            now=now,
+            free_units=cluster.capacity(res.unit).free,
+            ended=succeeded_jobs(cluster),
+            held_units=active.held_units + active.own_units,
+            total_units=cluster.capacity(res.unit).total,
+            plan_factor=None,
+        )
+        told = answer.allocation.verdicts.get(ident)
+        mine = answer.mine
+        self._guaranteed_others = tuple(
+            n for n, a in answer.allocation.jobs.items() if a.guaranteed and n != ident
+        )
+        if mine is None:  # its spec says reject, and admission could not guarantee it
+            verdict = told or Verdict("rejected", 0, plan.verdict.reason, None)
+            return replace(plan, verdict=replace(verdict, kind="rejected", units=0))
+        kind: Kind = "guaranteed" if mine.guaranteed else "best_effort"
+        units = mine.units or res.levels[0]  # nothing free now: it waits, queued at its minimum
+        base = told or plan.verdict
+        reason = base.reason if told is not None else f"{mine.reason} (planned again)"
+        verdict = replace(base, kind=kind, units=units, reason=reason)
+        return replace(plan, verdict=verdict, priority_class=mine.klass)
 
     def _tell(self, spec: JobSpec, plan: Plan) -> None:
         """Fail on a rejection (nothing submitted), warn on best effort, log the plan."""
@@ -213,6 +288,32 @@ class PlanTrainingOperator(QosflowOperator):
         )
 
 
+def plan_job_id(spec: JobSpec, run: RunIdentity | None) -> str:
+    """The job id: from the DAG run and the job's name and key, whatever its deadline's form.
+
+    Outside a DAG run (no run id) the resolved deadline stands in for the run.
+    """
+    if run is None:
+        return job_id(spec.name, spec.key, spec.deadline)
+    return job_id(spec.name, spec.key, run.dag_id, run.run_id, run.map_index)
+
+
+def attached(state: TrainingState, status: JobStatus, before: JobStatus | None) -> TrainingState:
+    """The state of the segment ``status`` reports (created now, or adopted as it runs).
+
+    ``before``: the segment before it, whose last step the segment resumed from.
+    """
+    return state.evolve(
+        workflow=status.name,
+        segment=status.segment,
+        units=status.units or state.units,
+        priority_class=status.priority_class or state.priority_class,
+        priority=status.priority if status.priority_class else state.priority,
+        last_rescale_at=status.started_at if status.segment > 0 else None,
+        resumed_from=None if before is None else before.steps_done,
+    )
+
+
 def _read_mapping(path: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -228,7 +329,12 @@ def _when(epoch: float | None) -> str | None:
 
 
 class SubmitTrainingOperator(QosflowOperator):
-    """Launch segment 0 of a planned job; a retried try re-attaches to the same workflow.
+    """Launch segment 0 of a planned job; a retried or re-planned run re-attaches to its job.
+
+    The job id comes from the DAG run, so a second try, or the plan and submit steps of the same
+    run cleared and run again, find the job's workflows: ``ArgoCluster.submit`` adopts segment 0
+    (the same run, :mod:`qosflow_argo.adopt`), and when the job has been checkpoint-restarted
+    since, the state points at its newest segment, at the size and priority it runs with.
 
     Args:
         plan_task_id: The plan step's task id.
@@ -267,14 +373,17 @@ class SubmitTrainingOperator(QosflowOperator):
             priority=int(plan["priority"]),
             guaranteed=plan["verdict"] == "guaranteed",
             checkpoint_dir=ckpt,
-            history_url=str(plan.get("history_url", "")),
             job_id=ident,
             plan=json.dumps(plan["plan"]),
         )
         cluster = self.hook.get_cluster()
-        request = submit_request(state, segment=0, resume=False)
-        status = cluster.submit(request)
-        state = state.evolve(workflow=status.name)
+        segments = sorted(cluster.list_jobs(ident), key=lambda s: s.segment)
+        if segments and segments[-1].segment > 0:  # re-planned after a checkpoint-restart
+            status, before = segments[-1], segments[-2] if len(segments) > 1 else None
+            self.log.info("%s: the job runs already, re-attaching to %s", ident, status.name)
+        else:
+            status, before = cluster.submit(submit_request(state, segment=0, resume=False)), None
+        state = attached(state, status, before)
         self.push_state(context, state)
         self.log.info(
             "submitted %s: %d %s, class %s, phase %s",

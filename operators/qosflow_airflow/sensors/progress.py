@@ -131,7 +131,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
         cluster = self.hook.get_cluster()
         watcher = new_watcher(
             st,
-            history_url=st.history_url or self.hook.config.history_url,
+            history_url=self.hook.config.history_url,
             samples=samples_from_rows(rows),
             hold_s=float(hold),
             purpose=self.purpose,

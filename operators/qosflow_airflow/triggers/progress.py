@@ -22,9 +22,12 @@ from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, config_from_connection
 from qosflow_airflow.state import TrainingState, samples_from_rows
 
 if TYPE_CHECKING:
+    from qosflow.core.decide import JobSnapshot
     from qosflow.core.fit import Measured
+    from qosflow.core.predict import Belief
     from qosflow.core.usage import UsageReport
-    from qosflow_airflow.watch import EndWatch, WatchEvent, WatchPurpose
+    from qosflow_airflow.board import BoardAnswer
+    from qosflow_airflow.watch import Allocator, EndWatch, Watcher, WatchEvent, WatchPurpose
 
 ERROR = "error"
 
@@ -86,13 +89,15 @@ class DeadlineProgressTrigger(BaseTrigger):
         return await asyncio.to_thread(cluster_from_config, config), config.history_url
 
     def watcher(self, history_url: str, cluster: Any = None) -> EndWatch:
-        """A fresh watcher for the state, with the history store's prior (blocking: run in a thread)."""
+        """A fresh watcher for the state, with the history store's prior (blocking: run in a thread).
+
+        ``history_url`` comes from the connection, never from the state (XCom holds no secret).
+        """
         state = TrainingState.from_dict(self.state)
         spec = state.spec
-        url = state.history_url or history_url
         return new_watcher(
             state,
-            history_url=url,
+            history_url=history_url,
             samples=samples_from_rows(self.samples),
             hold_s=spec.dwell_seconds if self.hold_seconds is None else float(self.hold_seconds),
             purpose=self.purpose,
@@ -173,12 +178,59 @@ def new_watcher(
         prior=prior,
         known=known,
         hold_s=hold_s,
+        priority_class=state.priority_class,
+        paused=state.paused,
     )
     if calibration is not None:
         watcher.calibration = calibration
     if cluster is not None:
         watcher.rescale_overhead_s = rescale_overhead(cluster, spec.resources.unit)
+    if history_url and isinstance(cluster, ClusterView):
+        watcher.allocator = board_allocator(state, history_url, cluster)
     return watcher
+
+
+def board_allocator(state: TrainingState, history_url: str, cluster: ClusterView) -> Allocator:
+    """The watch's way to the cluster allocator: its job's row on the namespace's job board."""
+    from qosflow.store.board import BoardEntry, JobBoard
+    from qosflow.store.history import HistoryStore
+    from qosflow_airflow.admitted import admitted_jobs, succeeded_jobs
+    from qosflow_airflow.board import allocate_on_board, publish
+
+    namespace = str(getattr(cluster, "namespace", "qosflow"))
+    unit = state.spec.resources.unit
+
+    def run(watcher: Watcher, belief: Belief, snap: JobSnapshot) -> BoardAnswer:
+        holds = 0 if watcher.paused or snap.queued else snap.units
+        entry = BoardEntry(
+            job_id=state.name,
+            unit=unit,
+            spec=state.job,
+            done=float(snap.steps_done),
+            units=holds,
+            klass=watcher.priority_class,
+            guaranteed=state.guaranteed,
+            overhead_s=watcher.rescale_overhead_s,
+        )
+        factor = watcher.calibration.factor
+        capacity = cluster.capacity(unit)
+        active = admitted_jobs(cluster, unit=unit, exclude=state.name, pending={})
+        store = HistoryStore(history_url)
+        try:
+            return allocate_on_board(
+                JobBoard(store, namespace),
+                publish(entry, belief, factor),
+                now=snap.now,
+                free_units=capacity.free,
+                plan_factor=None,
+                ended=succeeded_jobs(cluster),
+                held_units=active.held_units + active.own_units,  # the cluster's, not the rows'
+                total_units=capacity.total,
+            )
+        finally:
+            store.close()
+
+    return run
 
 
 def poll_once(cluster: ClusterView, watcher: EndWatch) -> WatchEvent | None:

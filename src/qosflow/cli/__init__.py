@@ -297,8 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Any = args.func
     try:
         return int(func(args))
-    except QosflowError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except QosflowError as exc:  # one line, even when a driver's message has several
+        message = " ".join(part for line in str(exc).splitlines() if (part := line.strip()))
+        print(f"error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # pragma: no cover
         print("error: interrupted", file=sys.stderr)

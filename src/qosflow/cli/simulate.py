@@ -7,6 +7,10 @@
 
 Wall time and policy CPU time are measured here, around the simulator (which never reads a
 clock); ``--no-timing`` blanks them so that equal runs give byte-identical files.
+
+Bad input — a trace row or encoding, a seed knob, an ``--out`` that is a file — is a
+:class:`~qosflow.core.errors.SpecError` naming the file, line and column or the flag, which the
+CLI prints as one ``error:`` line with exit code 2; ``--out`` is checked before anything runs.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import argparse
 import dataclasses
 import importlib
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,10 +43,11 @@ from qosflow.sim.policy import (
     RescaleOverhead,
     SlotDecision,
     SlotSnapshot,
+    StepLatency,
 )
 from qosflow.sim.report import PolicyRun, write_all
 from qosflow.sim.trace import ClusterShape, ThroughputTable, TraceJob, load_throughputs, load_trace
-from qosflow.sim.workload import SeedWorkload, generate, seed_table
+from qosflow.sim.workload import generate, parse_knobs, seed_table
 
 DEFAULT_POLICIES = "k8s-default,edf-elastic,xing19,elasticflow,qosflow"
 # name -> (module under qosflow.sim.policies, factory name)
@@ -68,16 +74,7 @@ class Workload:
 def load_workload(trace: str, cluster: str | None, gpu_type: str, seed: int) -> Workload:
     """Load a trace file or generate the seed-paper workload (``seed[:k=v,...]``)."""
     if trace == "seed" or trace.startswith("seed:"):
-        knobs: dict[str, Any] = {}
-        for item in filter(None, trace.partition(":")[2].split(",")):
-            key, _, value = item.partition("=")
-            fields = {f.name: f.type for f in dataclasses.fields(SeedWorkload)}
-            if key not in fields:
-                raise SpecError("--trace", f"unknown seed workload knob {key!r} ({sorted(fields)})")
-            knobs[key] = value.lower() in ("1", "true") if fields[key] == "bool" else float(value)
-            if fields[key] == "int":
-                knobs[key] = int(knobs[key])
-        w = SeedWorkload(**knobs)
+        w, knobs = parse_knobs(trace.partition(":")[2], flag="--trace")
         shape = (
             ClusterShape.parse(cluster) if cluster else ClusterShape(1, w.nodes, w.cores_per_node)
         )
@@ -106,8 +103,9 @@ def make_policy(name: str, *, speeds: str, table: ThroughputTable, slot: int) ->
 
     ``elasticflow`` gets the trace's table (its per-model caps) and the slot (its overhead's
     restart period). Ours (``qosflow``, ``xing19``) are charged ElasticFlow's overhead model, the
-    same environment as the ``elasticflow`` row; with learned speeds they plan on conservative
-    speeds (the core's default conformal inflation).
+    same environment as the ``elasticflow`` row, and ``qosflow`` also the latency of the Airflow
+    steps that ship it (:class:`~qosflow.sim.policy.StepLatency`, per size change); with learned
+    speeds they plan on conservative speeds (the core's default conformal inflation).
     """
     if name not in REGISTRY:
         raise SpecError("--policies", f"unknown policy {name!r} (one of {', '.join(REGISTRY)})")
@@ -119,8 +117,11 @@ def make_policy(name: str, *, speeds: str, table: ThroughputTable, slot: int) ->
         from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
 
         calibration = Calibration() if speeds == "learned" else None
+        overhead: OverheadModel = ElasticFlowOverhead(slot)
+        if name == "qosflow":  # what the shipped Airflow steps add: the latency of a round
+            overhead = StepLatency(overhead)
         return factory(  # type: ignore[no-any-return]
-            calibration=calibration, overhead=ElasticFlowOverhead(slot)
+            calibration=calibration, overhead=overhead
         )
     return factory()  # type: ignore[no-any-return]
 
@@ -261,9 +262,43 @@ def _bound_of(w: Workload, time_limit: float, slot: float | None) -> UpperBound:
     return upper_bound(bound_jobs(w), w.shape.total, slot=slot, time_limit=time_limit)
 
 
+def output_dir(text: str) -> Path:
+    """Check ``--out`` before the simulation runs: a folder, or one that can be created.
+
+    Nothing is created here (a run that fails later leaves no empty folder).
+
+    Raises:
+        SpecError: Naming ``--out`` when it is an existing file, lies under a file, or its
+            nearest existing folder cannot be written.
+    """
+    out = Path(text)
+    if out.exists() and not out.is_dir():
+        raise SpecError("--out", f"{text!r} is an existing file, not a folder")
+    nearest = out
+    while not nearest.exists():  # exists() is False under a file too: climb to what exists
+        nearest = nearest.parent
+    if not nearest.is_dir():
+        raise SpecError("--out", f"cannot create folder {text!r}: {str(nearest)!r} is a file")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise SpecError("--out", f"cannot write folder {str(nearest)!r}: permission denied")
+    return out
+
+
+def _write(
+    runs: Sequence[PolicyRun], out: Path, w: Workload, ub: UpperBound | None, title: str
+) -> list[Path]:
+    bound_ratio = ub.value / ub.deadline_jobs if ub and ub.deadline_jobs else None
+    try:
+        return write_all(runs, out, capacity=w.shape.total, bound_ratio=bound_ratio, title=title)
+    except OSError as exc:
+        where = exc.filename if exc.filename is not None else out
+        raise SpecError("--out", f"cannot write {str(where)!r}: {exc.strerror or exc}") from None
+
+
 def simulate_cmd(args: argparse.Namespace) -> int:
     """``qosflow simulate``: run policies on a trace, write CSVs and plots, print the table."""
     console = Console(width=max(Console().width, 150))
+    out = output_dir(args.out)
     w = load_workload(args.trace, args.cluster, args.gpu_type, args.seed)
     names = [p.strip() for p in args.policies.split(",") if p.strip()]
     for name in names:
@@ -297,10 +332,7 @@ def simulate_cmd(args: argparse.Namespace) -> int:
     title = (
         f"{w.label} on {w.shape.nodes}x{w.shape.gpus_per_node}, slot {args.slot} s, {args.speeds}"
     )
-    bound_ratio = ub.value / ub.deadline_jobs if ub and ub.deadline_jobs else None
-    files = write_all(
-        runs, Path(args.out), capacity=w.shape.total, bound_ratio=bound_ratio, title=title
-    )
+    files = _write(runs, out, w, ub, title)
     _print_table(console, runs, title)
     if ub is not None:
         console.print(

@@ -87,9 +87,10 @@ def candidate(
     from qosflow.core.decide import margin_for  # lazy: decide imports predict
 
     limit = min(belief.knee, belief.probe_limit)
-    allowed = set(spec.resources.levels)
+    allowed = spec.resources.levels
     levels = tuple(n for n in belief.levels if n <= limit and n in allowed) or (spec.resources.min,)
-    steps = tuple(float(belief.conservative.step_time(n)) for n in levels)
+    step_time = belief.conservative.step_time
+    steps = [float(step_time(n)) for n in levels]
     return Candidate(
         name=spec.name,
         deadline=spec.deadline,

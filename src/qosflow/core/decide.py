@@ -87,6 +87,8 @@ class Decision:
         conservative_finish: Conservative finish at ``units``.
         deadline: The job's deadline.
         margin: The safety margin used.
+        priority_class: The class the job should run with (the cluster allocator's), when one
+            was decided; ``None``: the acting step works it out from the job's laxity.
     """
 
     action: Action
@@ -96,6 +98,7 @@ class Decision:
     conservative_finish: float
     deadline: float
     margin: float
+    priority_class: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (for XCom); non-finite times become ``None``."""
@@ -107,6 +110,7 @@ class Decision:
             "conservative_finish": _json_time(self.conservative_finish),
             "deadline": _json_time(self.deadline),
             "margin": self.margin,
+            "priority_class": self.priority_class,
         }
 
     @classmethod
@@ -131,6 +135,7 @@ class Decision:
                 _from_json_time(d["conservative_finish"]),
                 _from_json_time(d["deadline"]),
                 float(d["margin"]),
+                None if d.get("priority_class") is None else str(d["priority_class"]),
             )
         except KeyError as exc:
             raise SpecError(f"decision.{exc.args[0]}", "is required") from None
@@ -329,6 +334,8 @@ def _too_big(snap: JobSnapshot, belief: Belief, margin: float, need: int) -> Dec
 
 def _within_spec(belief: Belief, spec: JobSpec) -> Belief:
     """The belief restricted to the spec's levels (a caller may have built it on more sizes)."""
+    if belief.levels == spec.resources.levels:  # the common case, without building sets
+        return belief
     allowed = set(spec.resources.levels)
     if set(belief.levels) <= allowed:
         return belief
@@ -336,13 +343,17 @@ def _within_spec(belief: Belief, spec: JobSpec) -> Belief:
     return replace(belief, levels=levels, knee=knee(belief.median, levels))
 
 
-def decide(snap: JobSnapshot, belief: Belief, *, free_units: int) -> Decision:
+def decide(
+    snap: JobSnapshot, belief: Belief, *, free_units: int, share: int | bool | None = False
+) -> Decision:
     """Decide this round's action for one job.
 
     Args:
         snap: The job now.
         belief: Its speed belief.
         free_units: Units available to this job beyond what it holds (the resource status).
+        share: Its :func:`minimal_share` when the caller computed it already (``False``: not
+            computed; the cluster allocator passes the one it has).
 
     Returns:
         The :class:`Decision`; its ``units`` is always one of ``belief.levels`` unless the job keeps
@@ -363,7 +374,7 @@ def decide(snap: JobSnapshot, belief: Belief, *, free_units: int) -> Decision:
             "promised; no rescale on a blind guess"
         )
         return _decision(Action.ON_TRACK, here, reason, snap, margin)
-    need = minimal_share(belief, snap)
+    need = minimal_share(belief, snap) if share is False else share
     if need is None and snap.units < belief.probe_limit < belief.knee:
         return _grow(snap, belief, margin, None, free_units)  # unexplored sizes may make it
     if need is None:

@@ -67,6 +67,7 @@ class Plan:
         priority: Argo ``spec.priority`` (EDF rank).
         schedule: ``(time, steps that must be done by then)`` at the initial size.
         candidate: The job as admission saw it (to pass on as an admitted job).
+        belief: The belief it was planned on (what the job board shares of it).
     """
 
     job: str
@@ -76,6 +77,7 @@ class Plan:
     priority: int
     schedule: list[tuple[float, int]] = field(default_factory=list)
     candidate: Candidate | None = None
+    belief: Belief | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form (XCom, workflow annotation)."""
@@ -161,6 +163,7 @@ def plan_job(
         priority=argo_priority(deadline=job.deadline, now=now, klass=klass),
         schedule=plan_schedule,
         candidate=cand,
+        belief=belief,
     )
 
 

@@ -1,21 +1,30 @@
 """The local-cluster daemon: ``python -m qosflow.local --cpus N --port P --state-dir D``.
 
 Started by ``qosflow local up``; writes ``<state-dir>/cluster.json`` once serving and stops cleanly
-on SIGTERM or SIGINT.
+on SIGTERM or SIGINT, removing ``cluster.json`` however the shutdown goes. One daemon per state
+directory (a lock on ``<state-dir>/.lock``; a second one exits with an error). The bearer token is
+``--token`` (or ``QOSFLOW_LOCAL_TOKEN``) when given, else the one stored in ``<state-dir>/token``
+by an earlier start (a new random one the first time), so clients keep working across restarts.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
+import logging
 import os
-import secrets
 import signal
+import sys
 import threading
 from pathlib import Path
 from types import FrameType
 
-from qosflow.local.cli import INFO_FILE, write_info
+from qosflow.local.cli import INFO_FILE, stored_token, write_info
 from qosflow.local.cluster import LocalCluster
+from qosflow.local.supervisor import process_start_ticks
+
+TOKEN_ENV = "QOSFLOW_LOCAL_TOKEN"
+LOCK_FILE = ".lock"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,11 +33,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpus", type=int, default=2)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--state-dir", default=".qosflow/local")
-    parser.add_argument("--token", default=os.environ.get("QOSFLOW_LOCAL_TOKEN", ""))
+    parser.add_argument("--token", default="", help=f"bearer token (default: ${TOKEN_ENV})")
     parser.add_argument("--progress-tick", type=float, default=1.0)
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     state_dir = Path(args.state_dir).resolve()
-    token = args.token or secrets.token_urlsafe(24)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(state_dir / LOCK_FILE, "a")  # noqa: SIM115 - held (locked) until the process exits
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        print(f"error: another local cluster serves {state_dir}", file=sys.stderr, flush=True)
+        return 1
+    from_env = os.environ.pop(TOKEN_ENV, "")  # the server's environment never reaches a pod anyway
+    token = stored_token(state_dir, args.token or from_env)
     done = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -43,23 +63,26 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         progress_tick_s=args.progress_tick,
     )
-    cluster.start()
-    write_info(
-        state_dir,
-        {
-            "pid": os.getpid(),
-            "argo_url": cluster.argo_url,
-            "kube_url": cluster.kube_url,
-            "namespace": cluster.namespace,
-            "token": token,
-            "state_dir": str(state_dir),
-            "cpus": args.cpus,
-        },
-    )
-    print(f"serving argo={cluster.argo_url} kube={cluster.kube_url}", flush=True)
-    done.wait()
-    cluster.stop()
-    (state_dir / INFO_FILE).unlink(missing_ok=True)
+    try:
+        cluster.start()
+        write_info(
+            state_dir,
+            {
+                "pid": os.getpid(),
+                "start_ticks": process_start_ticks(os.getpid()),
+                "argo_url": cluster.argo_url,
+                "kube_url": cluster.kube_url,
+                "namespace": cluster.namespace,
+                "token": token,
+                "state_dir": str(state_dir),
+                "cpus": args.cpus,
+            },
+        )
+        print(f"serving argo={cluster.argo_url} kube={cluster.kube_url}", flush=True)
+        done.wait()
+        cluster.stop()
+    finally:
+        (state_dir / INFO_FILE).unlink(missing_ok=True)
     print("stopped", flush=True)
     return 0
 

@@ -2,7 +2,9 @@
 
 Handlers take the parsed request and return ``(status, body)``; errors are raised as
 :class:`~qosflow.local.status.ApiError` and rendered as ``{code, message}`` by the server. Every
-handler runs under the store lock and returns deep copies, never live store objects.
+handler runs under the store lock and returns deep copies, never live store objects. A create
+checks everything the controller will need (the request's types, the namespace and name as
+RFC 1123, and a full plan of the workflow), so nothing it accepts can fail the controller later.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from typing import Any
 
 from qosflow.local.clock import Clock, rfc3339
 from qosflow.local.controller import Controller, workflow_finished
+from qosflow.local.names import name_problem, namespace_problem
 from qosflow.local.pods import LABEL_WORKFLOW
-from qosflow.local.query import apply_fields, field_selector, label_selector
-from qosflow.local.shapes import WORKFLOW, check
+from qosflow.local.query import apply_fields, field_selector, label_selector, page
+from qosflow.local.shapes import CREATE_REQUEST, SUBMIT_REQUEST, TEMPLATE_REQUEST, check
 from qosflow.local.status import (
     ARGO_VERSION,
     ApiError,
@@ -33,7 +36,6 @@ from qosflow.local.workflow import effective_spec, lint, plan
 
 GROUP = "argoproj.io"
 API_VERSION = "argoproj.io/v1alpha1"
-_DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _WF_FIELDS = frozenset({"metadata.name", "metadata.namespace", "status.phase"})
 Query = dict[str, list[str]]
 
@@ -64,19 +66,10 @@ def _name_and_fill(obj: Obj, kind: str, namespace: str, now: float) -> None:
             [("metadata.name", "Required value: name or generateName is required")],
             group=GROUP,
         )
-    if len(name) > 253 or not _DNS1123.match(name):
-        raise invalid(
-            kind,
-            name,
-            [
-                (
-                    "metadata.name",
-                    f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower '
-                    "case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-                )
-            ],
-            group=GROUP,
-        )
+    causes = [("metadata.name", p) for p in [name_problem(name)] if p]
+    causes += [("metadata.namespace", p) for p in [namespace_problem(namespace)] if p]
+    if causes:
+        raise invalid(kind, name, causes, group=GROUP)
     meta["namespace"] = namespace
     meta["creationTimestamp"] = rfc3339(now)
     meta["generation"] = 1
@@ -167,7 +160,7 @@ class ArgoApi:
         """``POST /api/v1/workflows/{ns}`` (WorkflowCreateRequest)."""
         if not isinstance(body, dict) or body.get("workflow") is None:
             raise ApiError(400, "workflow body not specified")
-        check(body["workflow"], WORKFLOW, "WorkflowCreateRequest.workflow")
+        check(body, CREATE_REQUEST, "WorkflowCreateRequest")
         return self._create(ns, body["workflow"], body)
 
     def _create(self, ns: str, source: Obj, body: Obj) -> tuple[int, Any]:
@@ -200,6 +193,7 @@ class ArgoApi:
     def submit(self, ns: str, body: Any, **_: Any) -> tuple[int, Any]:
         """``POST /api/v1/workflows/{ns}/submit`` from a WorkflowTemplate."""
         body = body if isinstance(body, dict) else {}
+        check(body, SUBMIT_REQUEST, "WorkflowSubmitRequest")
         if body.get("resourceKind") not in ("WorkflowTemplate", "workflowtemplate"):
             raise ApiError(400, f"resourceKind '{body.get('resourceKind')}' is not supported")
         name = str(body.get("resourceName") or "")
@@ -207,7 +201,7 @@ class ArgoApi:
             raise not_found("workflowtemplates", name, group=GROUP)
         opts = body.get("submitOptions") or {}
         params = []
-        for item in opts.get("parameters") or []:
+        for item in (str(i or "") for i in opts.get("parameters") or []):
             if "=" not in item:
                 raise ApiError(500, f"expected parameter of the form: NAME=VALUE. Received: {item}")
             key, value = item.split("=", 1)
@@ -238,7 +232,7 @@ class ArgoApi:
         """``POST /api/v1/workflows/{ns}/lint``: validation only."""
         if not isinstance(body, dict) or body.get("workflow") is None:
             raise ApiError(400, "workflow body not specified")
-        check(body["workflow"], WORKFLOW, "WorkflowLintRequest.workflow")
+        check(body, CREATE_REQUEST, "WorkflowLintRequest")
         return self._create(ns, body["workflow"], {"createOptions": {"dryRun": ["All"]}})
 
     def list(self, ns: str, query: Query, **_: Any) -> tuple[int, Any]:
@@ -247,13 +241,11 @@ class ArgoApi:
         match_fields = field_selector(_q(query, "listOptions.fieldSelector"), _WF_FIELDS)
         items = [w for w in self.store.items("Workflow", ns) if match_labels(w) and match_fields(w)]
         items.sort(key=list_order)
-        offset = int(_q(query, "listOptions.continue") or 0)
-        limit = int(_q(query, "listOptions.limit") or 0)
-        page = items[offset : offset + limit] if limit > 0 else items[offset:]
+        shown, more = page(items, query, "listOptions.limit", "listOptions.continue")
         meta: Obj = {"resourceVersion": self.store.resource_version}
-        if limit > 0 and offset + limit < len(items):
-            meta["continue"] = str(offset + limit)
-        result = {"metadata": meta, "items": [snapshot(w) for w in page] or None}
+        if more:
+            meta["continue"] = more
+        result = {"metadata": meta, "items": [snapshot(w) for w in shown] or None}
         return 200, apply_fields(result, _q(query, "fields"))
 
     def watch(self, ns: str, query: Query, accept: str = "", **_: Any) -> tuple[int, Any]:
@@ -320,7 +312,7 @@ class ArgoApi:
     def _template_doc(body: Any) -> Obj:
         if not isinstance(body, dict) or body.get("template") is None:
             raise ApiError(400, "workflow template was not found in the request body")
-        check(body["template"], WORKFLOW, "WorkflowTemplateCreateRequest.template")
+        check(body, TEMPLATE_REQUEST, "WorkflowTemplateCreateRequest")
         source = body["template"]
         doc: Obj = {
             "apiVersion": API_VERSION,

@@ -1,9 +1,12 @@
 """``qosflow local up|down``: the local cluster as a background daemon.
 
 ``up`` starts ``python -m qosflow.local`` in its own session, waits until it has written
-``<state-dir>/cluster.json`` (pid, URLs, token, namespace), and prints those values. ``down`` sends
-it SIGTERM (running pods are stopped, the state is saved) and waits for it to exit. The lead wires
-:func:`add_subcommands` into the ``qosflow`` command.
+``<state-dir>/cluster.json`` (pid, URLs, token, namespace), and prints those values. The token is
+kept in ``<state-dir>/token`` (mode 0600), so a restart of the same state directory keeps it
+(``--token`` or ``QOSFLOW_LOCAL_TOKEN`` choose one). ``down`` sends the daemon SIGTERM (running pods
+are stopped, the state is saved) and waits for it to exit, SIGKILLing it after a timeout; it never
+fails with a traceback and always removes ``cluster.json``. The lead wires :func:`add_subcommands`
+into the ``qosflow`` command.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -19,11 +23,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qosflow.local.supervisor import process_start_ticks
+
 DEFAULT_STATE_DIR = Path(".qosflow/local")
 DEFAULT_PORT = 2746
 INFO_FILE = "cluster.json"
+TOKEN_FILE = "token"
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0
+KILL_TIMEOUT_S = 5.0
 
 
 def _alive(pid: int) -> bool:
@@ -50,21 +58,50 @@ def read_info(state_dir: Path) -> dict[str, Any] | None:
         info: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    if not isinstance(info, dict):
+        return None
     try:
         pid = int(info["pid"])
-    except (KeyError, ValueError):
+    except (KeyError, TypeError, ValueError):
+        return None
+    ticks = info.get("start_ticks")
+    if ticks is not None and process_start_ticks(pid) != ticks:  # the pid was reused
         return None
     return info if _alive(pid) else None
 
 
-def write_info(state_dir: Path, info: dict[str, Any]) -> None:
-    """Write ``cluster.json`` atomically, readable by the owner only (it holds the token)."""
-    path = state_dir / INFO_FILE
-    tmp = path.with_name(f".{INFO_FILE}.tmp")
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` atomically, readable by the owner only."""
+    tmp = path.with_name(f".{path.name}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(info, handle, indent=1)
+        handle.write(text)
+    os.chmod(tmp, 0o600)
     os.replace(tmp, path)
+
+
+def write_info(state_dir: Path, info: dict[str, Any]) -> None:
+    """Write ``cluster.json`` atomically, readable by the owner only (it holds the token)."""
+    _write_private(state_dir / INFO_FILE, json.dumps(info, indent=1))
+
+
+def stored_token(state_dir: Path, given: str = "") -> str:
+    """The bearer token of a state directory: ``given`` if set, else the stored one, else new.
+
+    The token in effect is (re)written to ``<state_dir>/token`` with mode 0600, so the next start
+    of the same state directory keeps it and existing clients are not locked out.
+    """
+    path = state_dir / TOKEN_FILE
+    token = given.strip()
+    if not token:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            token = path.read_text(encoding="utf-8").strip()
+    token = token or secrets.token_urlsafe(24)
+    with contextlib.suppress(OSError):
+        if path.read_text(encoding="utf-8").strip() == token and path.stat().st_mode & 0o077 == 0:
+            return token
+    _write_private(path, token + "\n")
+    return token
 
 
 def _print_info(info: dict[str, Any]) -> None:
@@ -93,8 +130,9 @@ def up(args: argparse.Namespace) -> int:
         "--state-dir",
         str(state_dir),
     ]
-    if getattr(args, "preemption", False):
-        command.append("--preemption")
+    env = dict(os.environ)
+    if getattr(args, "token", ""):
+        env["QOSFLOW_LOCAL_TOKEN"] = args.token  # not in argv: other users can read that
     with open(state_dir / "server.log", "ab") as log:
         child = subprocess.Popen(
             command,
@@ -102,6 +140,7 @@ def up(args: argparse.Namespace) -> int:
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
         )
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -122,26 +161,52 @@ def up(args: argparse.Namespace) -> int:
     return 1
 
 
-def down(args: argparse.Namespace) -> int:
-    """Stop the daemon and wait for it to exit."""
-    state_dir = Path(args.state_dir)
-    info = read_info(state_dir)
-    if info is None:
-        print("the local cluster is not running")
-        return 0
-    pid = int(info["pid"])
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            print(f"stopped the local cluster (pid {pid})")
-            return 0
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    """Whether ``pid`` exits within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.1)
+    return True
+
+
+def _stop(pid: int, timeout_s: float) -> int:
+    """SIGTERM the daemon, SIGKILL it when it does not exit in time; the exit status of ``down``."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        print(f"the local cluster (pid {pid}) had already exited")
+        return 0
+    if _wait_gone(pid, timeout_s):
+        print(f"stopped the local cluster (pid {pid})")
+        return 0
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    _wait_gone(pid, KILL_TIMEOUT_S)
     print(
-        f"error: the local cluster (pid {pid}) did not stop within {STOP_TIMEOUT_S:.0f} s",
+        f"error: the local cluster (pid {pid}) did not stop within {timeout_s:.0f} s and was "
+        "killed; its pods keep running and the next `qosflow local up` re-adopts them",
         file=sys.stderr,
     )
     return 1
+
+
+def down(args: argparse.Namespace) -> int:
+    """Stop the daemon and wait for it to exit; ``cluster.json`` is removed in every case."""
+    state_dir = Path(args.state_dir)
+    try:
+        info = read_info(state_dir)
+        if info is None:
+            print("the local cluster is not running")
+            return 0
+        return _stop(int(info["pid"]), float(getattr(args, "timeout", STOP_TIMEOUT_S)))
+    except (OSError, ValueError) as exc:
+        print(f"error: could not stop the local cluster: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        with contextlib.suppress(OSError):
+            (state_dir / INFO_FILE).unlink(missing_ok=True)
 
 
 def add_subcommands(sub: Any) -> None:
@@ -159,6 +224,12 @@ def add_subcommands(sub: Any) -> None:
         help=f"Argo Server port; Kubernetes API on port+1 (default {DEFAULT_PORT}; 0 = any)",
     )
     start.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help="state directory")
+    start.add_argument(
+        "--token",
+        default="",
+        help="bearer token (default: $QOSFLOW_LOCAL_TOKEN, else the one stored in the state "
+        "directory, else a new random one)",
+    )
     start.set_defaults(func=up)
     stop = verbs.add_parser("down", help="stop the local cluster")
     stop.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help="state directory")

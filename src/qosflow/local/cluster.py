@@ -24,7 +24,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from qosflow.local.admission import stored_problem
 from qosflow.local.argo_api import ArgoApi
+from qosflow.local.body import MAX_BODY_BYTES, READ_TIMEOUT_S
 from qosflow.local.cgroups import CpuWeights
 from qosflow.local.clock import Clock, VirtualClock, WallClock
 from qosflow.local.controller import Controller
@@ -66,6 +68,8 @@ class LocalCluster:
         cpu_weights: Weight pods' cgroups by their CPU requests where the host allows it, so they
             get their CPUs ahead of the host's other processes (:mod:`qosflow.local.cgroups`);
             only with the default process runner. :attr:`weighted` tells whether it is on.
+        read_timeout_s: Time a request body may take to arrive (408 after it).
+        max_body_bytes: Largest request body the listeners accept (413 above it).
     """
 
     def __init__(
@@ -85,6 +89,8 @@ class LocalCluster:
         watch_keepalive_s: float = 15.0,
         preemption: bool = False,
         cpu_weights: bool = True,
+        read_timeout_s: float = READ_TIMEOUT_S,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         if cpus < 1:
             raise LocalClusterError(f"cpus: must be >= 1 (got {cpus})")
@@ -103,7 +109,8 @@ class LocalCluster:
         self.progress_tick_s = progress_tick_s
         self.faults = faults or FaultPlan()
         self.namespace = namespace
-        self.store = Store(self.state_dir)
+        self.http_limits = {"read_timeout_s": read_timeout_s, "max_body_bytes": max_body_bytes}
+        self.store = Store(self.state_dir, validate=stored_problem)
         host = tuple(sorted(os.sched_getaffinity(0)))
         self._wake = threading.Event()
         self.node = Node(
@@ -125,6 +132,11 @@ class LocalCluster:
         self._stopping = threading.Event()
         self._loop: threading.Thread | None = None
 
+    def __repr__(self) -> str:
+        argo, kube = getattr(self, "_argo", None), getattr(self, "_kube", None)
+        urls = f"{argo.url}, {kube.url}" if argo and kube else "not serving"
+        return f"LocalCluster(cpus={self.cpus}, state_dir={str(self.state_dir)!r}, {urls})"
+
     def _argo_priority(self, pod: Obj) -> int:
         """Argo ``spec.priority`` of a pod's workflow, read live (patches re-order the queue)."""
         name = pod["metadata"]["labels"].get("workflows.argoproj.io/workflow", "")
@@ -133,14 +145,23 @@ class LocalCluster:
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> LocalCluster:
-        """Recover the stored state, open both listeners, start ticking."""
+        """Recover the stored state, open both listeners, start ticking.
+
+        Containers still running from a previous server are re-adopted; objects of the state
+        file that cannot be served were quarantined by the store (see ``quarantine.json``).
+        """
         with self.store.lock:
             self.node.recover(self.clock.now())
             kube = KubeApi(self.store, self.clock, self.node, self.wake, self.namespace)
             argo = ArgoApi(self.store, self.clock, self.controller, self.wake, self.watches)
-            self.controller.tick(self.clock.now())
+            try:
+                self.controller.tick(self.clock.now())
+            except Exception:  # serve anyway: the next ticks retry, the log says what failed
+                _LOG.exception("the first tick after start failed")
         self.store.save(force=True)
-        self._argo = Listener("argo", argo.routes(), self.store, self.token, self.faults, self.port)
+        self._argo = Listener(
+            "argo", argo.routes(), self.store, self.token, self.faults, self.port, **self.limits()
+        )
         self._kube = Listener(
             "kube",
             kube.routes(),
@@ -148,6 +169,7 @@ class LocalCluster:
             self.token,
             self.faults,
             self.port + 1 if self.port else 0,
+            **self.limits(),
         )
         self._argo.start()
         self._kube.start()
@@ -160,8 +182,37 @@ class LocalCluster:
             self._loop.start()
         return self
 
+    def limits(self) -> dict[str, Any]:
+        """The listeners' read timeout and body size limit (keyword arguments of ``Listener``)."""
+        return dict(self.http_limits)
+
     def stop(self) -> None:
-        """Close the listeners, stop every container, save the state."""
+        """Close the listeners, stop every container, save the state (each step even if one fails)."""
+        self._stop_serving()
+        steps: list[Callable[[], None]] = [
+            lambda: self.node.shutdown(self.clock.now()),
+            lambda: self.controller.settle(self.clock.now()),
+        ]
+        with self.store.lock:
+            for step in steps:
+                try:
+                    step()
+                except Exception:
+                    _LOG.exception("local cluster shutdown step failed")
+        self.store.save(force=True)
+        if self.weights is not None:
+            self.weights.close()
+
+    def crash(self) -> None:
+        """Stop serving as a killed server would: no shutdown of the containers (test hook).
+
+        The listeners close and ticks stop; containers keep running and the state stays as last
+        saved, so a new ``LocalCluster`` on the same state directory re-adopts them.
+        """
+        self._stop_serving()
+
+    def _stop_serving(self) -> None:
+        """Stop ticking and close the watches and both listeners."""
         self._stopping.set()
         self._wake.set()
         if self._loop is not None:
@@ -172,12 +223,6 @@ class LocalCluster:
         for listener in (self._argo, self._kube):
             if listener is not None:
                 listener.stop()
-        with self.store.lock:
-            self.node.shutdown(self.clock.now())
-            self.controller.settle(self.clock.now())
-        self.store.save(force=True)
-        if self.weights is not None:
-            self.weights.close()
 
     @property
     def weighted(self) -> bool:

@@ -7,17 +7,21 @@ running pods and fails the queued ones; every node then ends Failed with ``workf
 strategy:  Stop`` and the workflow with ``Stopped with strategy 'Stop'``, as upstream. Progress is
 read from each pod's progress file into ``status.nodes[].progress`` and summed into
 ``status.progress`` every tick.
+
+One workflow the controller cannot run never stops the others: whatever goes wrong while syncing
+it ends that workflow in ``Error`` with a message (its pods are stopped) and the tick moves on.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-from collections.abc import Iterable
 from typing import Any
 
 from qosflow.local.clock import Clock, parse_rfc3339, rfc3339
 from qosflow.local.node import NODE_NAME, Node
+from qosflow.local.node_tree import DONE, aggregate, summarise_progress, valid_progress
 from qosflow.local.pods import (
     LABEL_COMPLETED,
     LABEL_WORKFLOW,
@@ -28,21 +32,13 @@ from qosflow.local.pods import (
 from qosflow.local.retry import attempt, backoff_s, may_retry
 from qosflow.local.status import ApiError
 from qosflow.local.store import Obj, Store
-from qosflow.local.workflow import Plan, PodStep, effective_spec, fnv32a, plan
+from qosflow.local.workflow import Plan, PodStep, effective_spec, plan
 
 LABEL_PHASE = "workflows.argoproj.io/phase"
-DONE = ("Succeeded", "Failed", "Error")
 SHUTDOWN_NODE = "workflow shutdown with strategy:  {}"
 SHUTDOWN_WORKFLOW = "Stopped with strategy '{}'"
 PROGRESS_ANNOTATION = "workflows.argoproj.io/progress"
-
-
-def valid_progress(text: str) -> bool:
-    """Whether ``text`` is a valid ``N/M`` (``0 <= N <= M``, ``M > 0``)."""
-    parts = text.split("/")
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
-        return False
-    return 0 <= int(parts[0]) <= int(parts[1]) and int(parts[1]) > 0
+_LOG = logging.getLogger(__name__)
 
 
 def workflow_finished(wf: Obj) -> bool:
@@ -74,14 +70,41 @@ class Controller:
     def _sync_all(self, now: float) -> None:
         """Sync every unfinished workflow; bump its resourceVersion only when it changed."""
         for wf in list(self.store.items("Workflow")):
-            if not workflow_finished(wf):
-                before = json.dumps(wf, sort_keys=True)
-                try:
-                    self.sync(wf, now)
-                except ApiError as exc:  # one broken workflow must not stop the others
-                    self._complete(wf, "Error", exc.message, now)
-                if json.dumps(wf, sort_keys=True) != before:
-                    self.store.touch(wf)
+            if workflow_finished(wf):
+                continue
+            before = json.dumps(wf, sort_keys=True)
+            try:
+                self.sync(wf, now)
+            except ApiError as exc:  # one broken workflow must not stop the others
+                self.fail(wf, exc.message, now)
+            except Exception as exc:  # a bug, or a value nobody checked: fail this one only
+                meta = wf.get("metadata") or {}
+                _LOG.exception(
+                    "workflow %s/%s failed in the controller",
+                    meta.get("namespace"),
+                    meta.get("name"),
+                )
+                self.fail(wf, f"the local cluster could not run this workflow: {exc!r}", now)
+            if json.dumps(wf, sort_keys=True) != before:
+                self.store.touch(wf)
+
+    def fail(self, wf: Obj, message: str, now: float) -> None:
+        """End a workflow the controller cannot run in ``Error``, stopping its pods; never raises."""
+        try:
+            for pod in self._pods_of(wf):
+                if pod["status"].get("phase") == "Running":
+                    self.node.terminate(pod, now)
+                elif pod["status"].get("phase") == "Pending":
+                    self.node.fail_unstarted(pod, now, message)
+            self._complete(wf, "Error", message, now)
+        except Exception:  # the workflow is too broken to complete normally: the minimum
+            _LOG.exception("could not complete workflow %s", (wf.get("metadata") or {}).get("name"))
+            status = wf["status"] if isinstance(wf.get("status"), dict) else {}
+            wf["status"] = status
+            status.update(phase="Error", message=message, finishedAt=rfc3339(now))
+            labels = wf.setdefault("metadata", {}).setdefault("labels", {})
+            labels.update({LABEL_PHASE: "Error", LABEL_COMPLETED: "true"})
+        self._plans.pop(str((wf.get("metadata") or {}).get("uid")), None)
 
     def lookup_template(self, namespace: str) -> Any:
         """``name -> WorkflowTemplate`` in one namespace."""
@@ -116,7 +139,7 @@ class Controller:
         active = [a for a in pods if nodes[a.node_id].get("phase") not in DONE]
         self._shut_down(wf, active, reason[0], now)
         if any(nodes[a.node_id].get("phase") not in DONE for a in pods):
-            self._aggregate(wf, p, now)
+            aggregate(wf, p, now)
             return
         for step in steps:
             if nodes[step.node_id].get("phase") not in DONE:
@@ -144,7 +167,7 @@ class Controller:
                 return
             for step in p.groups[group]:
                 self._start_step(wf, p, step, now)
-        self._aggregate(wf, p, now)
+        aggregate(wf, p, now)
 
     # -- start / finish ------------------------------------------------------------------------
     def _start(self, wf: Obj, now: float) -> None:
@@ -195,19 +218,26 @@ class Controller:
         for pod in self._pods_of(wf):
             pod["metadata"]["labels"][LABEL_COMPLETED] = "true"
             self.store.touch(pod)
-        self._summarise_progress(status)
+        summarise_progress(status)
         self.store.touch(wf)
 
     def _usage(self, wf: Obj) -> dict[str, int]:
-        """``resourcesDuration`` (cpu in core-seconds, memory in 100Mi-seconds), rounded up."""
+        """``resourcesDuration`` (cpu in core-seconds, memory in 100Mi-seconds), rounded up.
+
+        A pod whose resources cannot be read (the node failed it for that) counts nothing.
+        """
         cpu = memory = 0.0
         for pod in self._pods_of(wf):
             start = parse_rfc3339(pod["status"].get("startTime"))
             if start is None:
                 continue
             seconds = max(0.0, self.clock.now() - start)
-            cpu += seconds * desired_cpu(pod) / 1000
-            memory += seconds * float(desired_memory(pod)) / (100 * 2**20)
+            try:
+                pod_cpu, pod_memory = desired_cpu(pod), float(desired_memory(pod))
+            except ValueError:
+                continue
+            cpu += seconds * pod_cpu / 1000
+            memory += seconds * pod_memory / (100 * 2**20)
         return {"cpu": math.ceil(cpu), "memory": math.ceil(memory)}
 
     def _pods_of(self, wf: Obj) -> list[Obj]:
@@ -388,88 +418,3 @@ class Controller:
             else:
                 self.node.terminate(pod, now)
         self.store.touch(wf)
-
-    # -- aggregates ----------------------------------------------------------------------------
-    def _aggregate(self, wf: Obj, p: Plan, now: float) -> None:
-        """Root/group nodes, ``status.progress`` and the ``PodRunning`` condition."""
-        status = wf["status"]
-        nodes: dict[str, Obj] = status["nodes"]
-        name = wf["metadata"]["name"]
-        pods = [s for s in p.steps if s.node_id in nodes]
-        if p.root_type != "Pod":
-            self._group_nodes(wf, p, pods, now)
-        running = any(
-            n.get("type") == "Pod" and n.get("phase") == "Running" for n in nodes.values()
-        )
-        for node in nodes.values():
-            if node.get("type") == "Retry":
-                node["progress"] = _sum_progress(nodes[c] for c in node.get("children") or [])
-        status["conditions"] = [{"type": "PodRunning", "status": "True" if running else "False"}]
-        self._summarise_progress(status)
-        if name in nodes and p.root_type != "Pod":
-            nodes[name]["progress"] = status["progress"]
-
-    def _group_nodes(self, wf: Obj, p: Plan, pods: list[PodStep], now: float) -> None:
-        """The Steps/DAG root node and StepGroup nodes."""
-        name = wf["metadata"]["name"]
-        nodes: dict[str, Obj] = wf["status"]["nodes"]
-        started = wf["status"].get("startedAt")
-        root = nodes.setdefault(
-            name,
-            {
-                "id": name,
-                "name": name,
-                "displayName": name,
-                "type": p.root_type,
-                "templateName": p.entrypoint,
-                "templateScope": f"local/{name}",
-                "phase": "Running",
-                "startedAt": started,
-                "finishedAt": None,
-            },
-        )
-        if p.root_type == "DAG":
-            root["children"] = [s.node_id for s in pods if s.group == 0]
-            return
-        children = []
-        for index in sorted({s.group for s in pods}):
-            group_name = f"{name}[{index}]"
-            gid = f"{name}-{fnv32a(group_name)}"
-            members = [s for s in pods if s.group == index]
-            phases = {nodes[s.node_id].get("phase") for s in members}
-            phase = (
-                "Running"
-                if phases - set(DONE)
-                else ("Failed" if phases - {"Succeeded"} else "Succeeded")
-            )
-            nodes[gid] = {
-                "id": gid,
-                "name": group_name,
-                "displayName": f"[{index}]",
-                "type": "StepGroup",
-                "templateScope": f"local/{name}",
-                "boundaryID": name,
-                "phase": phase,
-                "startedAt": nodes.get(gid, {}).get("startedAt", rfc3339(now)),
-                "finishedAt": None
-                if phase == "Running"
-                else nodes.get(gid, {}).get("finishedAt") or rfc3339(now),
-                "children": [s.node_id for s in members],
-            }
-            children.append(gid)
-        root["children"] = children[:1]
-
-    @staticmethod
-    def _summarise_progress(status: Obj) -> None:
-        """``status.progress`` = sum of the pod nodes' ``N/M``."""
-        status["progress"] = _sum_progress((status.get("nodes") or {}).values())
-
-
-def _sum_progress(nodes: Iterable[Obj]) -> str:
-    """Sum of the ``N/M`` of the Pod nodes among ``nodes`` (``0/1`` when none)."""
-    done = total = 0
-    for node in nodes:
-        if node.get("type") == "Pod" and node.get("progress"):
-            n, m = node["progress"].split("/")
-            done, total = done + int(n), total + int(m)
-    return f"{done}/{total}" if total else "0/1"

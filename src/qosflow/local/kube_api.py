@@ -3,7 +3,9 @@
 Only what qosflow's client touches, with the real status codes and ``Status`` bodies. Resize
 validation lives in :mod:`qosflow.local.resize`, PriorityClasses in
 :mod:`qosflow.local.priority_classes`; the Workflow custom resource takes merge or JSON patches
-only (strategic merge answers 415) and shares the store with the Argo side.
+only (strategic merge answers 415) and shares the store with the Argo side. Every patched object
+is checked for the types the controller reads before it is stored (a CRD-style 422 for a Workflow,
+the decoder's 400 for a pod), and numeric query parameters are checked (400 naming them).
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from collections.abc import Callable
 from typing import Any
 
 from qosflow.local.clock import Clock
+from qosflow.local.errors import LocalClusterError
+from qosflow.local.names import pod_dir
 from qosflow.local.node import NODE_NAME, Node
 from qosflow.local.patch import apply_patch
 from qosflow.local.priority_classes import PriorityClassApi
-from qosflow.local.query import field_selector, label_selector
+from qosflow.local.query import field_selector, int_param, label_selector, page
 from qosflow.local.resize import check_resize
 from qosflow.local.server import Text
-from qosflow.local.shapes import POD_PATCH, check
+from qosflow.local.shapes import POD_PATCH, STORED_WORKFLOW, ShapeError, check
 from qosflow.local.status import ApiError, conflict, invalid, not_found
 from qosflow.local.store import Obj, Store, snapshot
 
@@ -28,9 +32,48 @@ Query = dict[str, list[str]]
 Handler = Callable[..., tuple[int, Any]]
 
 
+_OPENAPI = {"int64": "integer", "int32": "integer", "bool": "boolean", "string": "string"}
+
+
 def _q(query: Query, name: str) -> str | None:
     values = query.get(name)
     return values[0] if values else None
+
+
+def _list(kind: str, query: Query, items: list[Obj], store: Store) -> tuple[int, Any]:
+    """A Kubernetes list answer with ``limit``/``continue`` paging."""
+    int_param(query, "timeoutSeconds")
+    shown, more = page(items, query, "limit", "continue")
+    meta: Obj = {"resourceVersion": store.resource_version}
+    if more:
+        meta["continue"] = more
+    api = "argoproj.io/v1alpha1" if kind == "WorkflowList" else "v1"
+    return 200, {"kind": kind, "apiVersion": api, "metadata": meta, "items": shown}
+
+
+def _crd_invalid(name: str, exc: ShapeError) -> ApiError:
+    """The CRD schema's 422 for a wrongly typed field of a Workflow."""
+    field = exc.field.lstrip(".")
+    expected = _OPENAPI.get(exc.expected, "array" if exc.expected.startswith("[]") else "object")
+    actual = {"number": "integer", "bool": "boolean"}.get(exc.actual, exc.actual)
+    return invalid(
+        "Workflow",
+        name,
+        [
+            (
+                field,
+                f'Invalid value: "{actual}": {field} in body must be of type {expected}: "{actual}"',
+            )
+        ],
+        group="argoproj.io",
+    )
+
+
+def _patched_object(patched: Any, kind: str, name: str) -> Obj:
+    """A patch result must still be an object (a patch that replaced it answers 422)."""
+    if not isinstance(patched, dict):
+        raise invalid(kind, name, [("", "Invalid value: the patch must leave an object")])
+    return patched
 
 
 class KubeApi:
@@ -146,12 +189,7 @@ class KubeApi:
         items = [
             snapshot(p) for p in self.store.items("Pod", ns) if match_labels(p) and match_fields(p)
         ]
-        return 200, {
-            "kind": "PodList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": self.store.resource_version},
-            "items": items,
-        }
+        return _list("PodList", query, items, self.store)
 
     def get_pod(self, ns: str, name: str, **_: Any) -> tuple[int, Any]:
         """``GET /api/v1/namespaces/{ns}/pods/{name}`` (and ``/resize``), serialised under the lock."""
@@ -168,19 +206,13 @@ class KubeApi:
         if container != "main":
             raise ApiError(400, f"container {container} is not valid for pod {name}")
         limits: dict[str, int] = {}
-        for field in ("tailLines", "limitBytes"):
-            text = _q(query, field)
-            if text is None:
-                continue
-            if not text.isdigit():
-                raise ApiError(
-                    400, f"{field}: Invalid value: {text!r}: must be a non-negative integer"
-                )
-            limits[field] = int(text)
-        path = self.store.state_dir / "pods" / ns / name / "main.log"
+        for field in ("tailLines", "limitBytes", "sinceSeconds"):
+            value = int_param(query, field)
+            if value is not None:
+                limits[field] = value
         try:
-            data = path.read_bytes()
-        except OSError:
+            data = (pod_dir(self.store.state_dir, ns, name) / "main.log").read_bytes()
+        except (OSError, LocalClusterError):
             phase = pod.get("status", {}).get("phase", "Pending")
             raise ApiError(
                 400, f'container "main" in pod "{name}" is waiting to start ({phase})'
@@ -199,7 +231,10 @@ class KubeApi:
     ) -> tuple[int, Any]:
         """``PATCH`` a pod: only labels and annotations may change (resources need ``/resize``)."""
         pod = self._pod_or_404(ns, name)
-        patched = apply_patch(pod, body, content_type, strategic_ok=True)
+        patched = _patched_object(
+            apply_patch(pod, body, content_type, strategic_ok=True), "Pod", name
+        )
+        check(patched.get("metadata"), POD_PATCH["metadata"], "Pod.metadata")
         if patched.get("spec") != pod["spec"]:
             raise invalid(
                 "Pod",
@@ -226,8 +261,13 @@ class KubeApi:
         pod = self._pod_or_404(ns, name)
         if isinstance(body, dict):
             check(body, POD_PATCH, "Pod")
-        patched = apply_patch(pod, body, content_type, strategic_ok=True)
+        patched = _patched_object(
+            apply_patch(pod, body, content_type, strategic_ok=True), "Pod", name
+        )
+        check(patched, POD_PATCH, "Pod")
         new = (patched.get("spec") or {}).get("containers") or []
+        if not all(isinstance(c, dict) for c in new):
+            raise invalid("Pod", name, [("spec.containers", "Invalid value: null")])
         old = pod["spec"]["containers"]
         check_resize(name, old, new)
         if [c.get("resources") for c in new] != [c.get("resources") for c in old]:
@@ -248,12 +288,7 @@ class KubeApi:
         """``GET /apis/argoproj.io/v1alpha1/namespaces/{ns}/workflows``."""
         match = label_selector(_q(query, "labelSelector"))
         items = [snapshot(w) for w in self.store.items("Workflow", ns) if match(w)]
-        return 200, {
-            "apiVersion": "argoproj.io/v1alpha1",
-            "kind": "WorkflowList",
-            "metadata": {"resourceVersion": self.store.resource_version},
-            "items": items,
-        }
+        return _list("WorkflowList", query, items, self.store)
 
     def get_workflow(self, ns: str, name: str, **_: Any) -> tuple[int, Any]:
         """``GET`` the Workflow custom resource."""
@@ -265,11 +300,18 @@ class KubeApi:
         """``PATCH`` the Workflow CR (merge or JSON patch; strategic merge answers 415)."""
         wf = self._workflow_or_404(ns, name)
         patched = apply_patch(wf, body, content_type, strategic_ok=False)
+        patched = _patched_object(patched, "Workflow", name)
+        try:
+            check(patched, STORED_WORKFLOW, "")
+        except ShapeError as exc:
+            raise _crd_invalid(name, exc) from None
         version = (patched.get("metadata") or {}).get("resourceVersion")
         if version and str(version) != wf["metadata"]["resourceVersion"]:
             raise conflict("workflows.argoproj.io", name)
         if not isinstance(patched.get("spec"), dict):
             raise invalid("Workflow", name, [("spec", "Required value")], group="argoproj.io")
+        if "status" in patched and not isinstance(patched["status"], dict):
+            patched["status"] = {}
         spec_changed = patched["spec"] != wf["spec"]
         for key in ("metadata", "spec", "status"):
             if key in patched:

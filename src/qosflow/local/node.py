@@ -7,18 +7,25 @@
 * **Kubelet.** Every tick it polls the containers (exit codes, the progress file), finishes
   in-place resizes (``PodResizePending`` Deferred / Infeasible, ``PodResizeInProgress``), and
   SIGKILLs pods whose grace period after SIGTERM is over.
+* **Restarts.** A container a previous server started and that still runs is re-adopted; one that
+  ended while the server was down gets the exit code its supervisor recorded
+  (:mod:`qosflow.local.supervisor`); only a container that left no trace is failed.
+* **Isolation.** A pod the node cannot read (a quantity that does not parse, say, from an old
+  state file) is failed with a message; it never stops the scheduling of the others.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from qosflow.local.clock import Clock, rfc3339
+from qosflow.local.errors import LocalClusterError
+from qosflow.local.names import pod_dir
 from qosflow.local.pods import (
     LABEL_WORKFLOW,
     allocated_cpu,
@@ -27,16 +34,23 @@ from qosflow.local.pods import (
     desired_memory,
     drop_condition,
     effective_requests,
-    format_cpu,
     main_container,
     pod_key,
     set_condition,
 )
 from qosflow.local.preemption import choose_victims
-from qosflow.local.runner import PodLaunch, PodProcess, Runner, kill_orphan
+from qosflow.local.resize import kubelet_resize
+from qosflow.local.runner import PodLaunch, PodProcess, Runner
 from qosflow.local.store import Obj, Store
 
 NODE_NAME = "qosflow-local"
+LIVE = ("Pending", "Running")
+LOST_MESSAGE = (
+    "The container could not be located when the pod was terminated: the local cluster "
+    "restarted while this pod was running (pid {pid}) and found neither its process nor its "
+    "exit code"
+)
+_LOG = logging.getLogger(__name__)
 
 
 class Node:
@@ -141,36 +155,41 @@ class Node:
     def schedule(self, now: float) -> None:
         """Bind and start every queued pod that fits, in priority order."""
         for pod in self.queue():
-            cpu, memory = desired_cpu(pod), desired_memory(pod)
-            free_cpu = self.cpus * 1000 - self.used_cpu()
-            free_memory = self.memory - self.used_memory()
-            short = [
-                n
-                for n, ok in (("cpu", cpu <= free_cpu), ("memory", memory <= free_memory))
-                if not ok
-            ]
-            if short == ["cpu"] and self.preemption and self._preempt(pod, cpu, free_cpu, now):
-                continue
-            if short:
-                reasons = ", ".join(f"1 Insufficient {n}" for n in short)
-                message = (
-                    f"0/1 nodes are available: {reasons}. preemption: 0/1 nodes are "
-                    "available: 1 No preemption victims found for incoming pod."
-                )
-                current = condition(pod, "PodScheduled")
-                if current is not None and current.get("message") == message:
-                    continue
-                set_condition(
-                    pod,
-                    "PodScheduled",
-                    "False",
-                    rfc3339(now) or "",
-                    reason="Unschedulable",
-                    message=message,
-                )
-                self.store.touch(pod)
-                continue
-            self.start(pod, now)
+            try:
+                self._schedule_one(pod, now)
+            except Exception as exc:  # one pod that cannot start must not stop the queue
+                self.fail_pod(pod, now, exc)
+
+    def _schedule_one(self, pod: Obj, now: float) -> None:
+        """Start one queued pod, or mark it Unschedulable (preempting for it when allowed)."""
+        cpu, memory = desired_cpu(pod), desired_memory(pod)
+        free_cpu = self.cpus * 1000 - self.used_cpu()
+        free_memory = self.memory - self.used_memory()
+        short = [
+            n for n, ok in (("cpu", cpu <= free_cpu), ("memory", memory <= free_memory)) if not ok
+        ]
+        if short == ["cpu"] and self.preemption and self._preempt(pod, cpu, free_cpu, now):
+            return
+        if short:
+            reasons = ", ".join(f"1 Insufficient {n}" for n in short)
+            message = (
+                f"0/1 nodes are available: {reasons}. preemption: 0/1 nodes are "
+                "available: 1 No preemption victims found for incoming pod."
+            )
+            current = condition(pod, "PodScheduled")
+            if current is not None and current.get("message") == message:
+                return
+            set_condition(
+                pod,
+                "PodScheduled",
+                "False",
+                rfc3339(now) or "",
+                reason="Unschedulable",
+                message=message,
+            )
+            self.store.touch(pod)
+            return
+        self.start(pod, now)
 
     def _preempt(self, pod: Obj, need: int, free: int, now: float) -> bool:
         """Evict lower-priority pods for ``pod`` (once); True when it now waits for them."""
@@ -198,33 +217,37 @@ class Node:
         self.store.touch(pod)
         return True
 
+    def launch_spec(self, pod: Obj, cores: list[int], cpu: int) -> PodLaunch:
+        """What the runner needs to start (or find again) the ``main`` container of ``pod``."""
+        container = main_container(pod)
+        meta = pod["metadata"]
+        workdir = pod_dir(self.store.state_dir, meta["namespace"], meta["name"])
+        return PodLaunch(
+            pod=meta["name"],
+            namespace=meta["namespace"],
+            workflow=(meta.get("labels") or {}).get(LABEL_WORKFLOW, ""),
+            node_id=(meta.get("annotations") or {}).get("workflows.argoproj.io/node-id", ""),
+            argv=tuple(
+                str(a) for a in (container.get("command") or []) + (container.get("args") or [])
+            ),
+            env={str(e["name"]): str(e.get("value") or "") for e in container.get("env") or []},
+            cores=self.host_cores(cores),
+            cpus=cpu / 1000,
+            workdir=workdir,
+            progress_file=workdir / "progress",
+            on_exit=self.wake,
+        )
+
     def start(self, pod: Obj, now: float) -> None:
         """Bind ``pod`` to the node and start its ``main`` container."""
         key = pod_key(pod)
         cpu = desired_cpu(pod)
         cores = self.pick_cores(cpu, [], exclude=key)
         container = main_container(pod)
-        workdir = (
-            self.store.state_dir / "pods" / pod["metadata"]["namespace"] / pod["metadata"]["name"]
-        )
-        workdir.mkdir(parents=True, exist_ok=True)
-        progress = workdir / "progress"
+        launch = self.launch_spec(pod, cores, cpu)
+        launch.workdir.mkdir(parents=True, exist_ok=True)
+        progress = launch.progress_file
         progress.unlink(missing_ok=True)
-        launch = PodLaunch(
-            pod=pod["metadata"]["name"],
-            namespace=pod["metadata"]["namespace"],
-            workflow=pod["metadata"]["labels"].get(LABEL_WORKFLOW, ""),
-            node_id=pod["metadata"].get("annotations", {}).get("workflows.argoproj.io/node-id", ""),
-            argv=tuple(
-                str(a) for a in (container.get("command") or []) + (container.get("args") or [])
-            ),
-            env={str(e["name"]): str(e.get("value", "")) for e in container.get("env") or []},
-            cores=self.host_cores(cores),
-            cpus=cpu / 1000,
-            workdir=workdir,
-            progress_file=progress,
-            on_exit=self.wake,
-        )
         stamp = rfc3339(now)
         pod["spec"]["nodeName"] = NODE_NAME
         status = pod["status"]
@@ -275,14 +298,17 @@ class Node:
 
     # -- kubelet -------------------------------------------------------------------------------
     def progress_of(self, pod: Obj) -> str | None:
-        """The last non-empty line of the pod's progress file, when valid ``N/M``."""
-        record = self.store.runtime.get(pod_key(pod)) or {}
-        path = record.get("progress_file")
-        if not path:
+        """The last non-empty line of the pod's progress file, when valid ``N/M``.
+
+        The file is the one in the pod's own directory (never a path read from the state file).
+        """
+        if pod_key(pod) not in self.store.runtime:
             return None
+        meta = pod["metadata"]
         try:
-            lines = Path(path).read_text(encoding="utf-8").splitlines()
-        except OSError:
+            path = pod_dir(self.store.state_dir, meta["namespace"], meta["name"]) / "progress"
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError, LocalClusterError):
             return None
         last = next((line.strip() for line in reversed(lines) if line.strip()), "")
         parts = last.split("/")
@@ -293,21 +319,57 @@ class Node:
 
     def poll(self, now: float) -> None:
         """Container exits, grace-period kills and resizes (in the kubelet's retry order)."""
+        self._fail_unreadable(now)
         for pod in self.resize_order():
-            key = pod_key(pod)
-            process = self.procs.get(key)
-            if process is None:
-                continue
-            record = self.store.runtime[key]
-            term_at = record.get("term_at")
-            grace = float(pod["spec"].get("terminationGracePeriodSeconds", self.grace_s))
-            if term_at is not None and now >= term_at + grace:
+            try:
+                self._poll_one(pod, now)
+            except Exception as exc:  # one pod the kubelet cannot handle must not stop the rest
+                self.fail_pod(pod, now, exc)
+
+    def _poll_one(self, pod: Obj, now: float) -> None:
+        """Kubelet work for one running pod: its exit, its grace-period kill, its resize."""
+        key = pod_key(pod)
+        process = self.procs.get(key)
+        if process is None:
+            return
+        record = self.store.runtime[key]
+        term_at = record.get("term_at")
+        grace = float(pod["spec"].get("terminationGracePeriodSeconds", self.grace_s))
+        if term_at is not None and now >= term_at + grace:
+            process.kill()
+        code = process.poll(now)
+        if code is not None:
+            self._finish(pod, now, code, "")
+            return
+        kubelet_resize(self, pod, now)
+
+    def _fail_unreadable(self, now: float) -> None:
+        """Fail live pods whose resources or priority do not parse (the accounting reads them)."""
+        for pod in list(self.store.items("Pod")):
+            try:
+                if pod["status"].get("phase") not in LIVE:
+                    continue
+                desired_cpu(pod), desired_memory(pod), allocated_cpu(pod)
+                int(pod["spec"].get("priority", 0)), self.argo_priority(pod)
+            except Exception as exc:
+                self.fail_pod(pod, now, exc)
+
+    def fail_pod(self, pod: Obj, now: float, exc: Exception) -> None:
+        """Fail a pod the node cannot handle, with a message; its container is killed."""
+        meta = pod.get("metadata") or {}
+        _LOG.error("pod %s/%s failed on the node: %r", meta.get("namespace"), meta.get("name"), exc)
+        message = f"the local cluster cannot run this pod: {exc}"
+        try:
+            process = self.procs.pop(pod_key(pod), None)
+            if process is not None:
                 process.kill()
-            code = process.poll(now)
-            if code is not None:
-                self._finish(pod, now, code, "")
-                continue
-            self._resize(pod, now)
+            if not isinstance(pod.get("status"), dict):
+                pod["status"] = {}
+            self._finish(pod, now, 128, message)
+        except Exception:  # pragma: no cover - a pod too broken even to be failed
+            _LOG.exception("could not fail pod %s", meta.get("name"))
+            pod["status"] = {"phase": "Failed", "message": message}
+            self.store.touch(pod)
 
     def terminate(self, pod: Obj, now: float) -> None:
         """SIGTERM a running pod once (SIGKILL follows after its grace period)."""
@@ -322,14 +384,16 @@ class Node:
         if float(pod["spec"].get("terminationGracePeriodSeconds", self.grace_s)) <= 0:
             process.kill()
 
-    def _finish(self, pod: Obj, now: float, code: int, message: str) -> None:
+    def _finish(self, pod: Obj, now: float, code: int, message: str, reason: str = "") -> None:
         """Record a container exit on the pod."""
         key = pod_key(pod)
         self.procs.pop(key, None)
         stamp = rfc3339(now)
         status = pod["status"]
         status["phase"] = "Succeeded" if code == 0 else "Failed"
-        reason = "Completed" if code == 0 else "Error"
+        reason = reason or ("Completed" if code == 0 else "Error")
+        if message and not status.get("containerStatuses"):
+            status["message"] = message
         terminated: dict[str, Any] = {
             "exitCode": code,
             "reason": reason,
@@ -364,19 +428,30 @@ class Node:
         self.store.runtime.pop(pod_key(pod), None)
 
     def recover(self, now: float) -> None:
-        """After a restart: pods that were running belong to a dead server; fail them."""
+        """After a restart: re-adopt the containers that still run, collect the exits of the rest.
+
+        A container that ended while the server was down ends Succeeded or Failed by the exit
+        code its supervisor recorded (at the first poll); one that left no trace is failed with
+        the kubelet's ``ContainerStatusUnknown``.
+        """
         for pod in self.running_pods():
-            record = self.store.runtime.get(pod_key(pod)) or {}
-            pid = record.get("pid")
-            if pid is not None:
-                kill_orphan(int(pid), record.get("start_ticks"))
-            self._finish(
-                pod,
-                now,
-                137,
-                f"the local cluster restarted while this pod was running (pid {pid}); "
-                "its container was stopped",
-            )
+            key = pod_key(pod)
+            record = self.store.runtime.get(key)
+            process = None
+            try:
+                if isinstance(record, dict):
+                    cpu = allocated_cpu(pod)
+                    spec = self.launch_spec(pod, list(record.get("cores") or []), cpu)
+                    process = self.runner.adopt(spec, record, now)
+            except Exception as exc:  # an unreadable record: the container cannot be found
+                _LOG.error("pod %s: cannot re-adopt its container: %r", key, exc)
+            if process is None:
+                pid = (record or {}).get("pid") if isinstance(record, dict) else None
+                message = LOST_MESSAGE.format(pid=pid)
+                self._finish(pod, now, 137, message, reason="ContainerStatusUnknown")
+                continue
+            self.procs[key] = process
+            _LOG.info("pod %s: re-adopted its container (pid %s)", key, process.pid)
 
     def shutdown(self, now: float, wait_s: float = 10.0) -> None:
         """Stop every container when the server shuts down; the pods are failed with a message.
@@ -400,78 +475,6 @@ class Node:
             self._finish(
                 pod, now, 137, "the local cluster was shut down while this pod was running"
             )
-
-    # -- in-place resize -----------------------------------------------------------------------
-    def _resize(self, pod: Obj, now: float) -> None:
-        """Kubelet side of an in-place resize (one step per tick)."""
-        stamp = rfc3339(now) or ""
-        status = pod["status"]
-        cstatus = (status.get("containerStatuses") or [None])[0]
-        if cstatus is None:
-            return
-        container = main_container(pod)
-        desired = effective_requests(container.get("resources"))
-        in_progress = condition(pod, "PodResizeInProgress") is not None
-        if in_progress:
-            cstatus["resources"] = {
-                k: dict(v) for k, v in (container.get("resources") or {}).items()
-            }
-            drop_condition(pod, "PodResizeInProgress")
-            status["observedGeneration"] = pod["metadata"].get("generation", 1)
-            self.store.touch(pod)
-            return
-        want, have = desired_cpu(pod), allocated_cpu(pod)
-        allocated_memory = (cstatus.get("allocatedResources") or {}).get("memory")
-        if want == have and desired.get("memory") == allocated_memory:
-            if condition(pod, "PodResizePending") is not None:  # resized back: nothing to wait for
-                drop_condition(pod, "PodResizePending")
-                self.store.touch(pod)
-            return
-        free = self.cpus * 1000 - self.used_cpu(exclude=pod, kubelet=True)
-        if want > self.cpus * 1000:
-            self._pending(
-                pod,
-                stamp,
-                "Infeasible",
-                "Node didn't have enough capacity: cpu, "
-                f"requested: {want}, capacity: {self.cpus * 1000}",
-            )
-        elif want > free:
-            self._pending(
-                pod,
-                stamp,
-                "Deferred",
-                "Node didn't have enough resource: cpu, "
-                f"requested: {want}, used: {self.cpus * 1000 - free}, capacity: {self.cpus * 1000}",
-            )
-        else:
-            self._apply_resize(pod, want, desired, stamp)
-
-    def _pending(self, pod: Obj, stamp: str, reason: str, message: str) -> None:
-        """Set ``PodResizePending`` (only writes when something changed)."""
-        current = condition(pod, "PodResizePending")
-        gen = pod["metadata"].get("generation", 1)
-        if current and current.get("reason") == reason and current.get("observedGeneration") == gen:
-            return
-        set_condition(pod, "PodResizePending", "True", stamp, reason=reason, message=message)
-        pod["status"]["observedGeneration"] = gen
-        self.store.touch(pod)
-
-    def _apply_resize(self, pod: Obj, want: int, desired: dict[str, Any], stamp: str) -> None:
-        """Admit a resize: allocate, re-pin the process, mark it in progress."""
-        key = pod_key(pod)
-        record = self.store.runtime[key]
-        cores = self.pick_cores(want, list(record.get("cores") or []), exclude=key)
-        record["cores"] = cores
-        process = self.procs.get(key)
-        if process is not None:
-            process.set_cores(self.host_cores(cores), want / 1000)
-        cstatus = pod["status"]["containerStatuses"][0]
-        cstatus["allocatedResources"] = {**desired, "cpu": format_cpu(want)}
-        drop_condition(pod, "PodResizePending")
-        set_condition(pod, "PodResizeInProgress", "True", stamp)
-        pod["status"]["observedGeneration"] = pod["metadata"].get("generation", 1)
-        self.store.touch(pod)
 
     def resize_order(self) -> list[Obj]:
         """Running pods with a resize to try, in the kubelet's retry order (priority, then age)."""

@@ -105,6 +105,11 @@ def json_patch(target: Any, ops: Any) -> Any:
         raise ApiError(400, "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
     doc = copy.deepcopy(target)
     for op in ops:
+        if not isinstance(op, dict):
+            raise ApiError(
+                400,
+                f"json: cannot unmarshal {type(op).__name__} into Go value of type jsonpatch.Operation",
+            )
         kind, tokens = op.get("op"), _pointer(str(op.get("path", "")))
         try:
             if kind == "test" and _get(doc, tokens) != op.get("value"):
@@ -122,7 +127,7 @@ def json_patch(target: Any, ops: Any) -> Any:
                 _add(doc, tokens, value)
             if kind not in ("add", "remove", "replace", "test", "move", "copy"):
                 raise ApiError(422, f"Unexpected kind: {kind}")
-        except (KeyError, IndexError, ValueError, TypeError) as exc:
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as exc:
             raise ApiError(
                 422,
                 "the server rejected our request due to an error in our request: "

@@ -10,8 +10,7 @@ import math
 from decimal import Decimal
 from typing import Any
 
-import yaml
-
+from qosflow.local.admission import check_pod, pod_spec_patch
 from qosflow.local.quantity import parse as parse_quantity
 from qosflow.local.status import ApiError
 from qosflow.local.store import Obj, Store
@@ -152,13 +151,12 @@ def pod_priority(store: Store, class_name: str, pod: str) -> tuple[int, str]:
     return int(klass["value"]), str(klass.get("preemptionPolicy", "PreemptLowerPriority"))
 
 
-def grace_period(spec: Obj, template: Obj, default_s: float) -> int:
-    """``terminationGracePeriodSeconds`` from a podSpecPatch (template, then workflow)."""
-    for patch in (template.get("podSpecPatch"), spec.get("podSpecPatch")):
-        if patch:
-            doc = yaml.safe_load(patch) if isinstance(patch, str) else patch
-            if isinstance(doc, dict) and "terminationGracePeriodSeconds" in doc:
-                return int(doc["terminationGracePeriodSeconds"])
+def grace_period(step: PodStep, default_s: float) -> int:
+    """``terminationGracePeriodSeconds`` from the step's podSpecPatch (template, then workflow)."""
+    for patch in step.pod_spec_patches:
+        doc = pod_spec_patch(patch, f"templates.{step.template}.podSpecPatch")
+        if doc.get("terminationGracePeriodSeconds") is not None:
+            return int(doc["terminationGracePeriodSeconds"])
     return math.ceil(default_s)
 
 
@@ -178,11 +176,11 @@ def build_pod(store: Store, wf: Obj, spec: Obj, step: PodStep, now: str, grace_s
     """The Pod Argo's controller creates for ``step`` (priority admission included).
 
     Raises:
-        ApiError: 403 for an unknown PriorityClass, 422 for an invalid resize policy.
+        ApiError: 403 for an unknown PriorityClass, 422 for an invalid pod (resize policy,
+            resources, environment), as the API server answers the controller.
     """
     meta = wf["metadata"]
-    template = next(t for t in spec.get("templates") or [] if t.get("name") == step.template)
-    class_name = str(template.get("priorityClassName") or spec.get("podPriorityClassName") or "")
+    class_name = step.priority_class
     priority, preemption = pod_priority(store, class_name, step.pod)
     container = {k: v for k, v in step.container.items() if v is not None}
     container["name"] = "main"
@@ -202,7 +200,7 @@ def build_pod(store: Store, wf: Obj, spec: Obj, step: PodStep, now: str, grace_s
         "priority": priority,
         "preemptionPolicy": preemption,
         "schedulerName": "default-scheduler",
-        "terminationGracePeriodSeconds": grace_period(spec, template, grace_s),
+        "terminationGracePeriodSeconds": grace_period(step, grace_s),
     }
     if class_name:
         pod_spec["priorityClassName"] = class_name
@@ -216,7 +214,7 @@ def build_pod(store: Store, wf: Obj, spec: Obj, step: PodStep, now: str, grace_s
         "controller": True,
         "blockOwnerDeletion": True,
     }
-    return {
+    pod: Obj = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
@@ -229,5 +227,8 @@ def build_pod(store: Store, wf: Obj, spec: Obj, step: PodStep, now: str, grace_s
             "ownerReferences": [owner],
         },
         "spec": pod_spec,
-        "status": {"phase": "Pending", "qosClass": qos_class([container])},
+        "status": {"phase": "Pending"},
     }
+    check_pod(pod)
+    pod["status"]["qosClass"] = qos_class([container])
+    return pod

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 from qosflow.local.clock import Clock, rfc3339
+from qosflow.local.names import name_problem
 from qosflow.local.patch import apply_patch
 from qosflow.local.query import label_selector
+from qosflow.local.shapes import PRIORITY_CLASS, check
 from qosflow.local.status import ApiError, already_exists, conflict, invalid, not_found
 from qosflow.local.store import Obj, Store, snapshot
 
@@ -54,6 +56,7 @@ class PriorityClassApi:
     def _class_doc(self, body: Any) -> Obj:
         if not isinstance(body, dict):
             raise ApiError(400, "the object provided is unrecognized")
+        check(body, PRIORITY_CLASS, "PriorityClass")
         meta = snapshot(body.get("metadata") or {})
         doc: Obj = {
             "apiVersion": f"{SCHED}/v1",
@@ -69,6 +72,8 @@ class PriorityClassApi:
         causes = []
         if not name:
             causes.append(("metadata.name", "Required value: name or generateName is required"))
+        elif name_problem(name):
+            causes.append(("metadata.name", str(name_problem(name))))
         if not isinstance(doc["value"], int) or isinstance(doc["value"], bool):
             causes.append(("value", "Required value"))
         if doc["preemptionPolicy"] not in ("PreemptLowerPriority", "Never"):

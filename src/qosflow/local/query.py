@@ -3,7 +3,9 @@
 Label selectors: ``a=b``, ``a==b``, ``a!=b``, ``a in (x,y)``, ``a notin (x)``, ``a`` and ``!a``,
 comma-separated (all must hold). Field selectors: ``path=value`` / ``path!=value`` over dotted
 paths such as ``metadata.name`` or ``status.phase``. The Argo ``fields`` parameter keeps the listed
-dotted paths, or drops them when the list starts with ``-``.
+dotted paths, or drops them when the list starts with ``-``. Numeric parameters (``limit``,
+``tailLines``...) are checked by :func:`int_param`, and :func:`page` cuts a list at ``limit`` with
+an offset as its ``continue`` token.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from qosflow.local.status import ApiError
 
 Predicate = Callable[[Mapping[str, Any]], bool]
+Query = Mapping[str, list[str]]
 
 _SET_EXPR = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
 _EQ_EXPR = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|!=|=)\s*([A-Za-z0-9_.-]*)\s*$")
@@ -150,3 +153,35 @@ def apply_fields(obj: dict[str, Any], fields: str | None) -> dict[str, Any]:
     for path in paths:
         _merge(result, _keep(obj, path.split(".")))
     return result
+
+
+def int_param(query: Query, name: str, *, minimum: int = 0) -> int | None:
+    """A non-negative integer query parameter, ``None`` when absent (400 naming it otherwise)."""
+    values = query.get(name)
+    if not values or values[0] == "":
+        return None
+    text = values[0].strip()
+    if not re.fullmatch(r"[+-]?[0-9]{1,18}", text):
+        raise ApiError(
+            400, f'{name}: Invalid value: "{values[0]}": strconv.ParseInt: invalid syntax'
+        )
+    if int(text) < minimum:
+        raise ApiError(
+            400, f'{name}: Invalid value: "{values[0]}": must be greater than or equal to {minimum}'
+        )
+    return int(text)
+
+
+def page(
+    items: list[Any], query: Query, limit_key: str, continue_key: str
+) -> tuple[list[Any], str]:
+    """``(the page, the continue token of the next one or "")`` for ``limit``/``continue``."""
+    limit = int_param(query, limit_key) or 0
+    token = (query.get(continue_key) or [""])[0]
+    if token and not token.isdigit():
+        raise ApiError(400, f'{continue_key}: Invalid value: "{token}": continue key is not valid')
+    offset = int(token or 0)
+    if limit <= 0:
+        return items[offset:], ""
+    more = offset + limit < len(items)
+    return items[offset : offset + limit], str(offset + limit) if more else ""

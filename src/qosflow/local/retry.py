@@ -5,34 +5,19 @@ A step with a retry strategy gets a ``Retry`` node whose children are the attemp
 A failed attempt is retried while ``limit`` allows, the ``retryPolicy`` covers the failure
 (``Always``: Failed or Error; ``OnFailure``: Failed; ``OnError`` / ``OnTransientError``: Error), the
 workflow is not shutting down, and ``backoff.maxDuration`` has not passed; the next attempt starts
-``duration * factor**n`` seconds after attempt ``n`` finished.
+``duration * factor**n`` seconds after attempt ``n`` finished. The values were checked when the
+workflow was planned (:func:`qosflow.local.admission.check_retry`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
+from qosflow.local.admission import duration_s
 from qosflow.local.workflow import PodStep, node_id, pod_name
 
-_GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
-_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def duration_s(value: Any) -> float:
-    """A Go duration (``10s``, ``1m30s``) or a number of seconds, in seconds."""
-    if value is None or value == "":
-        return 0.0
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    parts = _GO_DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"not a duration like 10s or 1m30s (got {value!r})")
-    return sum(float(number) * _UNIT_S[unit] for number, unit in parts)
+__all__ = ["attempt", "backoff_s", "duration_s", "may_retry", "retries_on"]
 
 
 def retries_on(strategy: dict[str, Any], phase: str) -> bool:

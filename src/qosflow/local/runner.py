@@ -2,19 +2,28 @@
 
 A runner turns a :class:`PodLaunch` into a :class:`PodProcess`. The process runner ignores the
 image and runs the container's ``command + args`` as a real process: in its own session, in a
-per-pod directory, with ``ARGO_PROGRESS_FILE`` set, ``PATH`` starting with the directory of
-``sys.executable`` (so ``python`` is this interpreter), and its CPU affinity set to the cores the
-local cluster allocated. Affinity is applied before the program starts (a tiny ``exec`` shim) and,
-on an in-place resize, to every thread of the process and of its children. Where the host allows
-it, the shim also joins the pod's cgroup, weighted by its CPU request
+per-pod directory, under the pod supervisor (:mod:`qosflow.local.supervisor`), with its CPU affinity
+set to the cores the local cluster allocated. Affinity is applied before the program starts and,
+on an in-place resize, to every thread of the process tree. Where the host allows it, the
+supervisor also joins the pod's cgroup, weighted by its CPU request
 (:class:`~qosflow.local.cgroups.CpuWeights`), so the pod gets its CPUs ahead of the host's other
 processes, as on a node.
+
+A pod sees only its declared environment (:func:`pod_environment`): the container's ``env``, the
+``ARGO_*`` variables Argo's executor sets, and the little an image has (``PATH`` with the directory
+of ``sys.executable`` first, so ``python`` is this interpreter; ``HOME``; ``LANG``/``LC_ALL``;
+``TMPDIR``; ``HOSTNAME`` = the pod name). Nothing else of the server's environment (its token, an
+Airflow connection with a password) reaches a pod.
+
+After a restart of the server, :meth:`ProcessRunner.adopt` re-attaches to a container that is
+still running, or reads the exit code of one that ended meanwhile.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -22,24 +31,21 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from qosflow.local.cgroups import CpuWeights
-
-_SHIM = (
-    "import os,sys\n"
-    "os.sched_setaffinity(0,[int(c) for c in sys.argv[1].split(',')])\n"
-    "if sys.argv[2]:\n"
-    " try:\n"
-    "  open(sys.argv[2],'w').write(str(os.getpid()))\n"
-    " except OSError:\n"
-    "  pass\n"
-    "try:\n"
-    " os.execvp(sys.argv[3],sys.argv[3:])\n"
-    "except OSError as e:\n"
-    " print(f'exec {sys.argv[3]!r}: {e.strerror}',file=sys.stderr)\n"
-    " os._exit(127)\n"
+from qosflow.local.supervisor import (
+    EXIT_FILE,
+    SHIM,
+    kill_leftover,
+    process_alive,
+    process_start_ticks,
+    read_exit_code,
+    write_pid_file,
 )
+
+IMAGE_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR")
+"""Variables a container image would have, taken from the server (nothing else of it is)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,30 +110,39 @@ class PodProcess(Protocol):
 
 
 class Runner(Protocol):
-    """Starts pod containers."""
+    """Starts pod containers (and finds them again after a restart)."""
 
     def launch(self, spec: PodLaunch, now: float) -> PodProcess:
         """Start the container of ``spec`` at time ``now``."""
         ...
 
+    def adopt(self, spec: PodLaunch, record: Mapping[str, Any], now: float) -> PodProcess | None:
+        """Re-attach to the container a previous server started (``record``: its runtime record).
 
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of a process in clock ticks, or ``None`` when it does not exist."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rindex(")") + 2 :].split()[19])
+        Returns the process while it runs, a finished process carrying its exit code when it
+        ended while the server was down, or ``None`` when nothing of it can be found.
+        """
+        ...
 
 
-def kill_orphan(pid: int, start_ticks: int | None) -> bool:
-    """SIGKILL the process group of a pod left by a dead server, if it is still that process."""
-    if start_ticks is None or process_start_ticks(pid) != start_ticks:
-        return False
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-        return True
-    return False
+def pod_environment(spec: PodLaunch, server: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a pod: the image's few variables, the container's, then Argo's."""
+    env = {key: server[key] for key in IMAGE_ENV if server.get(key)}
+    env.setdefault("LANG", "C.UTF-8")
+    env["PATH"] = server.get("PATH") or os.defpath
+    env["HOSTNAME"] = spec.pod
+    env.update(spec.env)
+    env.update(
+        {
+            "ARGO_PROGRESS_FILE": str(spec.progress_file),
+            "ARGO_POD_NAME": spec.pod,
+            "ARGO_CONTAINER_NAME": "main",
+            "ARGO_NODE_ID": spec.node_id,
+            "ARGO_WORKFLOW_NAME": spec.workflow,
+        }
+    )
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    return env
 
 
 def _threads_of_tree(pid: int) -> list[int]:
@@ -151,8 +166,15 @@ def _threads_of_tree(pid: int) -> list[int]:
     return tids
 
 
+def pin_tree(pid: int, cores: tuple[int, ...]) -> None:
+    """Re-pin every thread of the process tree of ``pid`` to ``cores``."""
+    for tid in _threads_of_tree(pid):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(tid, cores)
+
+
 class LocalProcess:
-    """A pod container running as a real process (see :class:`ProcessRunner`)."""
+    """A pod container this server started (see :class:`ProcessRunner`)."""
 
     def __init__(
         self,
@@ -177,7 +199,7 @@ class LocalProcess:
 
     @property
     def pid(self) -> int | None:
-        """OS process id."""
+        """OS process id (of the supervisor)."""
         return self._popen.pid
 
     @property
@@ -196,12 +218,10 @@ class LocalProcess:
         """Re-pin every thread of the process tree to ``cores`` (and re-weight its cgroup)."""
         if self._weights is not None:
             self._weights.resize(self._key, round(cpus * 1000))
-        for tid in _threads_of_tree(self._popen.pid):
-            with contextlib.suppress(OSError):
-                os.sched_setaffinity(tid, cores)
+        pin_tree(self._popen.pid, cores)
 
     def terminate(self) -> None:
-        """SIGTERM to the main process (as the container runtime does to PID 1)."""
+        """SIGTERM to the supervisor, which forwards it to the container (its PID 1)."""
         with contextlib.suppress(ProcessLookupError):
             self._popen.send_signal(signal.SIGTERM)
 
@@ -211,6 +231,109 @@ class LocalProcess:
             os.killpg(self._popen.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(timeout=5)
+
+
+class AdoptedProcess:
+    """A container a previous server started and that still runs (it is not our child).
+
+    Its exit is noticed through a pidfd where the kernel has them (else at the next tick), and its
+    exit code is read from the file its supervisor writes.
+    """
+
+    def __init__(
+        self,
+        pid: int,
+        start_ticks: int,
+        exit_file: Path,
+        on_exit: Callable[[], None] | None = None,
+        *,
+        weights: CpuWeights | None = None,
+        key: str = "",
+    ) -> None:
+        self._pid, self._ticks, self._exit_file = pid, start_ticks, exit_file
+        self._weights, self._key = weights, key
+        self._code: int | None = None
+        if on_exit is not None:
+            self._watch(on_exit)
+
+    def _watch(self, on_exit: Callable[[], None]) -> None:
+        """Call ``on_exit`` from a thread once the process ends (needs ``pidfd_open``)."""
+        try:
+            fd = os.pidfd_open(self._pid)
+        except (AttributeError, OSError):
+            return
+        if not process_alive(self._pid, self._ticks):  # the pid was reused meanwhile
+            os.close(fd)
+            return
+
+        def wait() -> None:
+            try:
+                select.select([fd], [], [])
+            finally:
+                os.close(fd)
+            on_exit()
+
+        threading.Thread(target=wait, name=f"qosflow-adopted-{self._pid}", daemon=True).start()
+
+    @property
+    def pid(self) -> int | None:
+        """OS process id (of the supervisor)."""
+        return self._pid
+
+    @property
+    def start_ticks(self) -> int | None:
+        """Start time in clock ticks."""
+        return self._ticks
+
+    def poll(self, now: float) -> int | None:
+        """The recorded exit code once the supervisor is gone (137 if it recorded none)."""
+        if self._code is None and not process_alive(self._pid, self._ticks):
+            code = read_exit_code(self._exit_file)
+            self._code = 137 if code is None else code
+            if self._weights is not None:
+                self._weights.release(self._key)
+        return self._code
+
+    def set_cores(self, cores: tuple[int, ...], cpus: float) -> None:
+        """Re-pin the process tree (and re-weight its cgroup)."""
+        if self._weights is not None:
+            self._weights.resize(self._key, round(cpus * 1000))
+        if process_alive(self._pid, self._ticks):
+            pin_tree(self._pid, cores)
+
+    def terminate(self) -> None:
+        """SIGTERM to the supervisor (it forwards it to the container)."""
+        if process_alive(self._pid, self._ticks):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self._pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        """SIGKILL to the process group."""
+        if process_alive(self._pid, self._ticks):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._pid, signal.SIGKILL)
+
+
+@dataclass(frozen=True, slots=True)
+class ExitedProcess:
+    """A container that ended while the server was down, with the exit code it recorded."""
+
+    pid: int | None
+    start_ticks: int | None
+    code: int
+
+    def poll(self, now: float) -> int | None:
+        """The recorded exit code."""
+        return self.code
+
+    def set_cores(self, cores: tuple[int, ...], cpus: float) -> None:
+        """Nothing runs any more."""
+
+    def terminate(self) -> None:
+        """Nothing runs any more."""
+
+    def kill(self) -> None:
+        """Nothing runs any more."""
 
 
 class ProcessRunner:
@@ -224,31 +347,38 @@ class ProcessRunner:
         self.weights = weights
 
     def launch(self, spec: PodLaunch, now: float) -> PodProcess:
-        """Start the process pinned to ``spec.cores``; output goes to ``<workdir>/main.log``."""
-        env = dict(os.environ)
-        env.update(spec.env)
-        bindir = str(Path(sys.executable).parent)
-        env["PATH"] = bindir + os.pathsep + env.get("PATH", os.defpath)
-        env.update(
-            {
-                "ARGO_PROGRESS_FILE": str(spec.progress_file),
-                "ARGO_POD_NAME": spec.pod,
-                "ARGO_CONTAINER_NAME": "main",
-                "ARGO_NODE_ID": spec.node_id,
-                "ARGO_WORKFLOW_NAME": spec.workflow,
-            }
-        )
+        """Start the supervised process pinned to ``spec.cores``; output goes to ``main.log``."""
+        kill_leftover(spec.workdir)
+        exit_file = spec.workdir / EXIT_FILE
+        exit_file.unlink(missing_ok=True)
         cores = ",".join(str(c) for c in spec.cores)
         key = f"{spec.namespace}_{spec.pod}"
         procs = self.weights.pod(key, round(spec.cpus * 1000)) if self.weights else None
+        command = [sys.executable, "-I", "-S", "-c", SHIM, cores, str(procs or ""), str(exit_file)]
         with open(spec.workdir / "main.log", "ab") as log:
             popen = subprocess.Popen(
-                [sys.executable, "-c", _SHIM, cores, str(procs or ""), *spec.argv],
+                [*command, *spec.argv],
                 cwd=spec.workdir,
-                env=env,
+                env=pod_environment(spec, os.environ),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return LocalProcess(popen, spec.on_exit, weights=self.weights, key=key)
+        process = LocalProcess(popen, spec.on_exit, weights=self.weights, key=key)
+        write_pid_file(spec.workdir, popen.pid, process.start_ticks)
+        return process
+
+    def adopt(self, spec: PodLaunch, record: Mapping[str, Any], now: float) -> PodProcess | None:
+        """The container of ``record`` if its supervisor still runs, else its recorded exit."""
+        pid, ticks = record.get("pid"), record.get("start_ticks")
+        exit_file = spec.workdir / EXIT_FILE
+        if isinstance(pid, int) and isinstance(ticks, int) and process_alive(pid, ticks):
+            key = f"{spec.namespace}_{spec.pod}"
+            return AdoptedProcess(
+                pid, ticks, exit_file, spec.on_exit, weights=self.weights, key=key
+            )
+        code = read_exit_code(exit_file)
+        if code is None:
+            return None
+        return ExitedProcess(pid if isinstance(pid, int) else None, ticks, code)

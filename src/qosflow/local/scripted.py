@@ -15,6 +15,7 @@ import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from qosflow.local.runner import PodLaunch, PodProcess
 
@@ -153,4 +154,14 @@ class ScriptedRunner:
         script = self.by_workflow.get(spec.workflow, self.default)
         process = ScriptedProcess(spec, script, now)
         self.launched[spec.pod] = process
+        return process
+
+    def adopt(self, spec: PodLaunch, record: Mapping[str, Any], now: float) -> PodProcess | None:
+        """After a restart with the same runner: the scripted pod it launched (it kept running).
+
+        A fresh runner knows no pod, like a host whose processes are gone: ``None``.
+        """
+        process = self.launched.get(spec.pod)
+        if process is None or process.spec.namespace != spec.namespace:
+            return None
         return process

@@ -1,9 +1,12 @@
 """HTTP listeners of the emulated servers (stdlib ``ThreadingHTTPServer`` on loopback).
 
-Each listener (``argo`` or ``kube``) checks the bearer token, applies the fault plan, parses the
-JSON body, dispatches to a route handler under the store lock, saves the state after writes, and
-renders errors in its own format: ``{code, message}`` with ``Grpc-Metadata-Argo-Version`` (but not
-on 401) for Argo, a ``Status`` object for Kubernetes.
+Each listener (``argo`` or ``kube``) checks the body's framing, applies the fault plan, checks the
+bearer token *before* reading any body, reads the body (bounded in size and time, see
+:mod:`qosflow.local.body`), parses it, dispatches to a route handler under the store lock, saves
+the state after writes, and renders errors in its own format: ``{code, message}`` with
+``Grpc-Metadata-Argo-Version`` (but not on 401) for Argo, a ``Status`` object for Kubernetes. An
+answer sent before the body was read (401, 413, an injected fault) discards a small body to keep the
+connection, else closes it gracefully, so the client still reads the answer.
 """
 
 from __future__ import annotations
@@ -21,8 +24,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import yaml
-
+from qosflow.local.body import (
+    DRAIN_BYTES,
+    MAX_BODY_BYTES,
+    READ_TIMEOUT_S,
+    BodyError,
+    Framing,
+    body_framing,
+    parse_body,
+    read_body,
+)
 from qosflow.local.faults import FaultPlan, FaultRule
 from qosflow.local.status import ARGO_UNAUTHENTICATED, ARGO_VERSION, ApiError
 from qosflow.local.store import Store
@@ -38,17 +49,6 @@ class Text:
     """A plain-text answer (a pod's log), sent as ``text/plain``."""
 
     data: bytes
-
-
-def _json_error(exc: Exception, text: str) -> str:
-    """A Go-like message for a body that is not JSON."""
-    if not text.strip():
-        return "unexpected EOF"
-    pos = getattr(exc, "pos", 0) or 0
-    char = text[pos] if pos < len(text) else ""
-    return (
-        f"invalid character '{char}' looking for beginning of value" if char else "unexpected EOF"
-    )
 
 
 class _Server(ThreadingHTTPServer):
@@ -68,6 +68,8 @@ class Listener:
         token: The bearer token accepted.
         faults: Optional fault plan.
         port: TCP port on 127.0.0.1 (0 = any free port).
+        read_timeout_s: Time a request body may take to arrive (408 after it).
+        max_body_bytes: Largest request body accepted (413 above it).
     """
 
     def __init__(
@@ -78,12 +80,17 @@ class Listener:
         token: str,
         faults: FaultPlan | None,
         port: int = 0,
+        *,
+        read_timeout_s: float = READ_TIMEOUT_S,
+        max_body_bytes: int = MAX_BODY_BYTES,
     ) -> None:
         self.kind = kind
         self.routes: list[Route] = [(m, re.compile(p), h) for m, p, h in routes]
         self.store = store
         self.token = token
         self.faults = faults
+        self.read_timeout_s = read_timeout_s
+        self.max_body_bytes = max_body_bytes
         self.sleep = faults.sleep if faults else time.sleep
         listener = self
 
@@ -96,6 +103,10 @@ class Listener:
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Silence per-request logging."""
+
+            def handle_expect_100(self) -> bool:
+                """``100 Continue`` is sent only once the token is checked (see ``handle``)."""
+                return True
 
             def do_GET(self) -> None:
                 listener.handle(self)
@@ -110,6 +121,9 @@ class Listener:
             name=f"qosflow-{kind}",
             daemon=True,
         )
+
+    def __repr__(self) -> str:
+        return f"Listener(kind={self.kind!r}, url={self.url!r})"  # never the token
 
     @property
     def url(self) -> str:
@@ -129,20 +143,35 @@ class Listener:
 
     # -- one request ---------------------------------------------------------------------------
     def handle(self, req: BaseHTTPRequestHandler) -> None:
-        """Serve one request (faults, auth, body, route, answer)."""
+        """Serve one request (framing, faults, auth, body, route, answer)."""
         split = urlsplit(req.path)
         path, query = split.path.rstrip("/") or "/", parse_qs(split.query, keep_blank_values=True)
         method = req.command
-        length = int(req.headers.get("Content-Length") or 0)
-        raw = req.rfile.read(length) if length else b""
-        rule = self.faults.take(self.kind, method, path) if self.faults else None
-        if rule is not None and self._fault_before(req, rule):
+        try:
+            framing = body_framing(req.headers, self.max_body_bytes)
+        except ApiError as exc:
+            self._send_error(req, exc, close=True)
+            self._linger(req)
             return
+        rule = self.faults.take(self.kind, method, path) if self.faults else None
+        if rule is not None and self._fault_before(req, rule, framing):
+            if rule.action != "drop":
+                self._discard(req, framing)
+            return
+        unread = not framing.empty
         try:
             self._authenticate(req)
+            raw = self._read(req, framing)
+            unread = False
             status, body = self._dispatch(method, path, query, raw, req.headers)
+        except BodyError as exc:  # the body is half read: answer, then close
+            self._send_error(req, exc, close=True)
+            self._linger(req)
+            return
         except ApiError as exc:
-            self._send_error(req, exc)
+            self._send_error(req, exc, close=unread and not self._drainable(req, framing))
+            if unread:
+                self._discard(req, framing)
             return
         except Exception as exc:  # a bug here must still answer like a server, never drop
             _LOG.exception("%s %s failed", method, path)
@@ -156,7 +185,7 @@ class Listener:
             return
         self._send(req, status, body)
 
-    def _fault_before(self, req: BaseHTTPRequestHandler, rule: FaultRule) -> bool:
+    def _fault_before(self, req: BaseHTTPRequestHandler, rule: FaultRule, framing: Framing) -> bool:
         """Apply a fault; True when the request is answered (or dropped) by it."""
         if rule.action == "delay":
             self.sleep(rule.delay_s)
@@ -170,9 +199,60 @@ class Listener:
                 503: "the server is currently unable to handle the request",
             }
             message = messages.get(rule.status, "injected fault: internal error")
-            self._send_error(req, ApiError(rule.status, message, retry_after=rule.retry_after))
+            error = ApiError(rule.status, message, retry_after=rule.retry_after)
+            self._send_error(req, error, close=not self._drainable(req, framing))
             return True
         return False
+
+    def _read(self, req: BaseHTTPRequestHandler, framing: Framing) -> bytes:
+        """The body (after ``100 Continue`` when the client waits for it)."""
+        if framing.empty:
+            return b""
+        if (req.headers.get("Expect") or "").lower() == "100-continue":
+            req.send_response_only(100)
+            req.end_headers()
+        return read_body(
+            req.rfile, req.connection, framing, self.max_body_bytes, self.read_timeout_s
+        )
+
+    @staticmethod
+    def _drainable(req: BaseHTTPRequestHandler, framing: Framing) -> bool:
+        """Whether an unread body is small enough to discard and keep the connection."""
+        if framing.empty:
+            return True
+        if (req.headers.get("Expect") or "").lower() == "100-continue":
+            return False
+        return framing.length is not None and framing.length <= DRAIN_BYTES
+
+    def _discard(self, req: BaseHTTPRequestHandler, framing: Framing) -> None:
+        """After an answer sent before the body was read: discard a small body, else close."""
+        if framing.empty or (req.headers.get("Expect") or "").lower() == "100-continue":
+            if not framing.empty:
+                req.close_connection = True  # the client never sends it: do not wait for it
+            return
+        if framing.length is not None and framing.length <= DRAIN_BYTES:
+            with contextlib.suppress(ApiError, OSError):
+                read_body(req.rfile, req.connection, framing, DRAIN_BYTES, self.read_timeout_s)
+                return
+        self._linger(req)
+
+    def _linger(self, req: BaseHTTPRequestHandler) -> None:
+        """Close gracefully: FIN after the answer, then discard what the client still sends.
+
+        Closing with unread data would send a reset, and the client could lose the answer.
+        """
+        req.close_connection = True
+        sock = req.connection
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + min(self.read_timeout_s, 2.0)
+            budget = 8 * self.max_body_bytes
+            while budget > 0 and (remaining := deadline - time.monotonic()) > 0:
+                sock.settimeout(remaining)
+                data = req.rfile.read1(2**16)
+                if not data:
+                    break
+                budget -= len(data)
 
     def _authenticate(self, req: BaseHTTPRequestHandler) -> None:
         """Bearer token check (401 like the real servers)."""
@@ -196,7 +276,7 @@ class Listener:
             if route_method != method:
                 continue
             ctype = headers.get("Content-Type") or ""
-            body = self._parse(raw, ctype)
+            body = parse_body(raw, ctype, self.max_body_bytes)
             with self.store.lock:
                 result = handler(
                     body=body,
@@ -213,18 +293,6 @@ class Listener:
         if self.kind == "argo":
             raise ApiError(404, "Not Found")
         raise ApiError(404, "the server could not find the requested resource", details={})
-
-    def _parse(self, raw: bytes, ctype: str) -> Any:
-        """The JSON (or apply-patch YAML) body; ``None`` when empty."""
-        if not raw:
-            return None
-        text = raw.decode("utf-8", errors="replace")
-        try:
-            if "yaml" in ctype:
-                return yaml.safe_load(text)
-            return json.loads(text)
-        except (json.JSONDecodeError, yaml.YAMLError) as exc:
-            raise ApiError(400, _json_error(exc, text)) from exc
 
     # -- answers -------------------------------------------------------------------------------
     def _send(
@@ -275,8 +343,15 @@ class Listener:
             if close is not None:
                 close()
 
-    def _send_error(self, req: BaseHTTPRequestHandler, exc: ApiError) -> None:
-        headers = {}
+    def _send_error(
+        self, req: BaseHTTPRequestHandler, exc: ApiError, *, close: bool = False
+    ) -> None:
+        """Answer an error; ``close`` says ``Connection: close`` (the connection ends after it).
+
+        Without that header a client may pool the connection and send its next request into a
+        socket the server is closing.
+        """
+        headers = {"Connection": "close"} if close else {}
         if exc.retry_after is not None:
             headers["Retry-After"] = str(max(0, round(exc.retry_after)))
         if self.kind == "argo":

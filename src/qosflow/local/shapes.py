@@ -12,11 +12,12 @@ from typing import Any
 
 from qosflow.local.status import ApiError
 
-Desc = Any  # "string" | "int" | "bool" | "scalar" | "quantity" | "intstr" | dict | ("list"|"map", Desc)
+Desc = Any  # "string" | "int" | "int32" | "bool" | "scalar" | "quantity" | "intstr" | dict | ("list"|"map", Desc)
 
 _GO = {
     "string": "string",
     "int": "int64",
+    "int32": "int32",
     "bool": "bool",
     "scalar": "v1alpha1.AnyString",
     "quantity": "resource.Quantity",
@@ -30,6 +31,9 @@ META: Desc = {
     "labels": _STRINGS,
     "annotations": _STRINGS,
     "resourceVersion": "string",
+    "uid": "string",
+    "creationTimestamp": "string",
+    "generation": "int",
 }
 PARAMETERS: Desc = ("list", {"name": "string", "value": "scalar", "default": "scalar"})
 RESOURCES: Desc = {"requests": ("map", "quantity"), "limits": ("map", "quantity")}
@@ -64,7 +68,7 @@ SPEC: Desc = {
     "templates": ("list", TEMPLATE),
     "arguments": ARGUMENTS,
     "workflowTemplateRef": {"name": "string"},
-    "priority": "int",
+    "priority": "int32",
     "podPriorityClassName": "string",
     "serviceAccountName": "string",
     "activeDeadlineSeconds": "int",
@@ -73,6 +77,79 @@ SPEC: Desc = {
 }
 WORKFLOW: Desc = {"metadata": META, "spec": SPEC}
 POD_PATCH: Desc = {"metadata": META, "spec": {"containers": ("list", CONTAINER)}}
+CREATE_REQUEST: Desc = {
+    "workflow": WORKFLOW,
+    "namespace": "string",
+    "serverDryRun": "bool",
+    "createOptions": {"dryRun": ("list", "string")},
+}
+SUBMIT_REQUEST: Desc = {
+    "resourceKind": "string",
+    "resourceName": "string",
+    "submitOptions": {
+        "name": "string",
+        "generateName": "string",
+        "entryPoint": "string",
+        "parameters": ("list", "string"),
+        "labels": "string",
+        "priority": "int32",
+        "podPriorityClassName": "string",
+        "serviceAccount": "string",
+        "dryRun": "bool",
+        "serverDryRun": "bool",
+    },
+}
+TEMPLATE_REQUEST: Desc = {"template": WORKFLOW, "createOptions": {"dryRun": ("list", "string")}}
+NODE_STATUS: Desc = {
+    "id": "string",
+    "name": "string",
+    "type": "string",
+    "phase": "string",
+    "message": "string",
+    "progress": "string",
+    "startedAt": "string",
+    "finishedAt": "string",
+    "children": ("list", "string"),
+}
+WORKFLOW_STATUS: Desc = {
+    "phase": "string",
+    "message": "string",
+    "progress": "string",
+    "startedAt": "string",
+    "finishedAt": "string",
+    "nodes": ("map", NODE_STATUS),
+    "storedWorkflowTemplateSpec": SPEC,
+}
+STORED_WORKFLOW: Desc = {**WORKFLOW, "status": WORKFLOW_STATUS}
+POD: Desc = {
+    "metadata": META,
+    "spec": {
+        "containers": ("list", CONTAINER),
+        "priority": "int32",
+        "priorityClassName": "string",
+        "preemptionPolicy": "string",
+        "nodeName": "string",
+        "terminationGracePeriodSeconds": "int",
+    },
+    "status": {
+        "phase": "string",
+        "message": "string",
+        "startTime": "string",
+        "nominatedNodeName": "string",
+        "conditions": ("list", {"type": "string", "status": "string", "message": "string"}),
+        "containerStatuses": (
+            "list",
+            {"allocatedResources": ("map", "quantity"), "resources": RESOURCES},
+        ),
+    },
+}
+PRIORITY_CLASS: Desc = {
+    "metadata": META,
+    "value": "int32",
+    "description": "string",
+    "globalDefault": "bool",
+    "preemptionPolicy": "string",
+}
 
 
 def _json_type(value: Any) -> str:
@@ -94,18 +171,42 @@ def _go_type(desc: Desc) -> str:
     return f"[]{_go_type(inner)}" if kind == "list" else f"map[string]{_go_type(inner)}"
 
 
+_RANGE = {"int": 2**63, "int32": 2**31}
+
+
+class ShapeError(ApiError):
+    """A body that Go's decoder would refuse: 400 with its message.
+
+    Attributes:
+        field: Dotted path of the offending value (list items do not add an index, as in Go).
+        expected: The Go type the field has.
+        actual: The JSON type found (``string``, ``number``, ...).
+    """
+
+    def __init__(self, field: str, expected: str, actual: str) -> None:
+        super().__init__(
+            400, f"json: cannot unmarshal {actual} into Go struct field {field} of type {expected}"
+        )
+        self.field = field
+        self.expected = expected
+        self.actual = actual
+
+
 def _ok(value: Any, desc: str) -> bool:
     kind = _json_type(value)
+    if desc in _RANGE and kind == "number":
+        if isinstance(value, float) and not value.is_integer():
+            return False
+        return bool(-_RANGE[desc] <= value < _RANGE[desc])
     allowed = {
         "string": ("string",),
         "int": ("number",),
+        "int32": ("number",),
         "bool": ("bool",),
         "scalar": ("string", "number", "bool"),
         "quantity": ("string", "number"),
         "intstr": ("string", "number"),
     }[desc]
-    if desc == "int" and isinstance(value, float) and not value.is_integer():
-        return False
     return kind in allowed
 
 
@@ -122,17 +223,21 @@ def _children(value: Any, desc: Desc, path: str) -> list[tuple[Any, Desc, str]] 
 
 
 def check(value: Any, desc: Desc, path: str) -> None:
-    """Raise a 400 like Go's decoder when ``value`` does not fit ``desc`` (``null`` always fits)."""
-    if value is None:
-        return
-    children = None if isinstance(desc, str) else _children(value, desc, path)
-    if (isinstance(desc, str) and not _ok(value, desc)) or (
-        not isinstance(desc, str) and children is None
-    ):
-        raise ApiError(
-            400,
-            f"json: cannot unmarshal {_json_type(value)} into Go struct field {path} "
-            f"of type {_go_type(desc)}",
-        )
-    for item, inner, where in children or []:
-        check(item, inner, where)
+    """Raise a 400 like Go's decoder when ``value`` does not fit ``desc`` (``null`` always fits).
+
+    Iterative, so a deeply nested value cannot exhaust the interpreter's stack.
+
+    Raises:
+        ShapeError: The first value of the wrong type.
+    """
+    stack: list[tuple[Any, Desc, str]] = [(value, desc, path)]
+    while stack:
+        item, inner, where = stack.pop()
+        if item is None:
+            continue
+        children = None if isinstance(inner, str) else _children(item, inner, where)
+        if (isinstance(inner, str) and not _ok(item, inner)) or (
+            not isinstance(inner, str) and children is None
+        ):
+            raise ShapeError(where, _go_type(inner), _json_type(item))
+        stack.extend(reversed(children or []))

@@ -4,24 +4,46 @@ One store serves both listeners (the Argo Server and the Kubernetes API share it
 etcd in a real cluster). Objects are kept by ``(kind, namespace, name)``; every write bumps one
 global ``resourceVersion``. Each change is written to ``<state_dir>/state.json`` through a temporary
 file and ``os.replace``, so a crash leaves either the old or the new state, never a torn file.
+
+Loading never stops the cluster from starting: an object the ``validate`` hook refuses (a name
+that would escape the state directory, a value the controller cannot parse) is moved to
+``<state_dir>/quarantine.json`` with the reason, and logged; a ``state.json`` that is not a state
+document at all is renamed ``state.json.unreadable-<time>`` and the cluster starts empty.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import logging
 import os
 import threading
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 Obj = dict[str, Any]
 Key = tuple[str, str, str]
+Validator = Callable[[Any], str | None]
 
 STATE_FILE = "state.json"
+QUARANTINE_FILE = "quarantine.json"
 STATE_VERSION = 1
+_LOG = logging.getLogger(__name__)
+
+
+def _basic_problem(obj: Any) -> str | None:
+    """What every stored object needs: a kind and a metadata object with a string name."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("kind"), str):
+        return "not an object with a kind"
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        return "metadata.name is missing"
+    if not isinstance(meta.get("namespace", ""), str):
+        return "metadata.namespace is not a string"
+    return None
 
 
 class Store:
@@ -29,10 +51,14 @@ class Store:
 
     Args:
         state_dir: Directory of ``state.json``; created when missing.
+        validate: ``object -> reason`` for stored objects that cannot be served (``None`` when
+            sound); they are quarantined at load.
     """
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, validate: Validator | None = None) -> None:
         self.state_dir = state_dir
+        self.validate = validate
+        self.quarantined: list[Obj] = []
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)  # notified on every write (watch streams)
         self._objects: dict[Key, Obj] = {}
@@ -140,16 +166,77 @@ class Store:
         path = self.state_dir / STATE_FILE
         if not path.exists():
             return
-        state = json.loads(path.read_text(encoding="utf-8"))
-        self._rv = int(state["resourceVersion"])
-        self._seq = int(state["seq"])
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(state, dict) or not isinstance(state.get("objects"), list):
+                raise ValueError("not a state document")
+        except (OSError, ValueError, RecursionError) as exc:
+            aside = path.with_name(f"{STATE_FILE}.unreadable-{int(time.time())}")
+            os.replace(path, aside)
+            _LOG.error("%s is unreadable (%s); moved to %s, starting empty", path, exc, aside)
+            return
         for row in state["objects"]:
-            obj = row["object"]
-            meta = obj["metadata"]
-            key = (obj["kind"], meta.get("namespace", ""), meta["name"])
-            self._objects[key] = obj
-            self._order[key] = int(row["order"])
-        self.runtime = dict(state.get("runtime", {}))
+            self._load_row(row)
+        self._rv = max(_int(state.get("resourceVersion")), self._max_rv())
+        self._seq = max([_int(state.get("seq")), *self._order.values()])
+        runtime = state.get("runtime")
+        self.runtime = {
+            str(k): v
+            for k, v in (runtime if isinstance(runtime, dict) else {}).items()
+            if isinstance(v, dict)
+        }
+        if self.quarantined:
+            self._write_quarantine()
+            self._dirty = True
+
+    def _load_row(self, row: Any) -> None:
+        """Keep one stored object, or quarantine it with the reason."""
+        obj = row.get("object") if isinstance(row, dict) else row
+        problem = _basic_problem(obj)
+        if problem is None and self.validate is not None:
+            try:
+                problem = self.validate(obj)
+            except Exception as exc:  # a validator bug must not stop the start either
+                problem = f"could not be checked: {exc!r}"
+        if problem is not None or not isinstance(obj, dict) or not isinstance(row, dict):
+            problem = problem or "a row without its object"
+            _LOG.error("state.json: quarantined an object (%s)", problem)
+            self.quarantined.append({"reason": problem, "row": row})
+            return
+        meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace", ""), meta["name"])
+        self._objects[key] = obj
+        self._order[key] = _int(row.get("order")) or len(self._order) + 1
+
+    def _max_rv(self) -> int:
+        """The highest resourceVersion among the loaded objects."""
+        return max(
+            (_int(o["metadata"].get("resourceVersion")) for o in self._objects.values()), default=0
+        )
+
+    def _write_quarantine(self) -> None:
+        """Append the quarantined rows to ``quarantine.json`` (for a human to look at)."""
+        path = self.state_dir / QUARANTINE_FILE
+        try:
+            previous = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            previous = []
+        rows = (previous if isinstance(previous, list) else []) + [
+            {**q, "at": time.time()} for q in self.quarantined
+        ]
+        tmp = path.with_name(f".{QUARANTINE_FILE}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(rows, handle, indent=1)
+        os.replace(tmp, path)
+
+
+def _int(value: Any) -> int:
+    """A stored counter as an int (0 when missing or unreadable)."""
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0
 
 
 def snapshot(obj: Obj) -> Obj:

@@ -7,7 +7,8 @@ name), then ``{{workflow.parameters.X}}``, ``{{inputs.parameters.X}}``, ``{{work
 is a :class:`Plan`: groups of container steps run one group after the other (a ``steps`` template's
 step groups, a ``dag``'s dependency levels, or the single container of a container entrypoint).
 Names follow Argo's v2 pod naming: node id ``<wf>-<fnv32a(node name)>``, pod ``<wf>-<template>-<same
-hash>``, and the root node is named after the workflow.
+hash>``, and the root node is named after the workflow. Planning checks every value the controller
+will parse later (:mod:`qosflow.local.admission`), so a workflow that plans can run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from qosflow.local.admission import check_spec_literals, check_step, pod_spec_patch
+from qosflow.local.names import field_name_problem
 from qosflow.local.status import ApiError, not_found
 
 Obj = dict[str, Any]
@@ -73,6 +76,8 @@ class PodStep:
         container: The resolved container (command, args, env, resources...).
         metadata: The template's ``metadata`` (labels, annotations) after substitution.
         retry: The template's ``retryStrategy``, or ``None``.
+        pod_spec_patches: The template's then the workflow's ``podSpecPatch`` (substituted).
+        priority_class: The template's ``priorityClassName``, else the workflow's (substituted).
     """
 
     group: int
@@ -84,6 +89,8 @@ class PodStep:
     container: Obj
     metadata: Obj
     retry: Obj | None = None
+    pod_spec_patches: tuple[str, ...] = ()
+    priority_class: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +115,20 @@ class Plan:
         return tuple(step for group in self.groups for step in group)
 
 
+def _named(item: Any, where: str) -> str:
+    """The ``name`` of a parameter, step or task (400 when it has none)."""
+    name = item.get("name") if isinstance(item, dict) else None
+    if name is None or name == "":
+        raise ApiError(400, f"{where}.name is required")
+    return str(name)
+
+
 def _merge_arguments(base: list[Obj], override: list[Obj]) -> list[Obj]:
     """Parameters of ``override`` replace those of ``base`` with the same name."""
-    merged = {p["name"]: dict(p) for p in base}
+    merged = {_named(p, "arguments.parameters"): dict(p) for p in base}
     for param in override:
-        merged[param["name"]] = {**merged.get(param["name"], {}), **param}
+        name = _named(param, "arguments.parameters")
+        merged[name] = {**merged.get(name, {}), **param}
     return list(merged.values())
 
 
@@ -159,10 +175,11 @@ def _param_values(params: list[Obj], where: str) -> dict[str, str]:
     """Parameter name -> value (``value``, else ``default``); a missing value is a 400."""
     values: dict[str, str] = {}
     for param in params:
+        name = _named(param, f"{where}.parameters")
         value = param.get("value", param.get("default"))
         if value is None:
-            raise ApiError(400, f"{where}.{param.get('name')}.value is required")
-        values[str(param["name"])] = str(value)
+            raise ApiError(400, f"{where}.{name}.value is required")
+        values[name] = str(value)
     return values
 
 
@@ -178,9 +195,10 @@ def lint(spec: Obj, *, entrypoint_required: bool = True) -> dict[str, Obj]:
     """
     templates: dict[str, Obj] = {}
     for template in spec.get("templates") or []:
-        name = str(template.get("name", ""))
-        if not name:
-            raise ApiError(400, "templates.name is required")
+        name = _named(template, "templates")
+        problem = field_name_problem(name)
+        if problem is not None:
+            raise ApiError(400, f"templates.{name}.name {problem}")
         if name in templates:
             raise ApiError(400, f"templates.{name} name is not unique")
         kinds = [k for k in TEMPLATE_TYPES if template.get(k) is not None]
@@ -193,6 +211,7 @@ def lint(spec: Obj, *, entrypoint_required: bool = True) -> dict[str, Obj]:
         if len(kinds) > 1:
             raise ApiError(400, f"templates.{name} multiple template types specified")
         templates[name] = template
+    check_spec_literals(spec)
     entry = spec.get("entrypoint")
     if not entry and entrypoint_required:
         raise ApiError(400, "spec.entrypoint is required")
@@ -217,16 +236,25 @@ def _container_step(
         f"{where}.inputs.parameters",
     )
     variables = {**base, **{f"inputs.parameters.{k}": v for k, v in values.items()}}
-    return dict(_substitute(template, variables, ("inputs.parameters.", "workflow.parameters.")))
+    resolved = dict(
+        _substitute(template, variables, ("inputs.parameters.", "workflow.parameters."))
+    )
+    check_step(resolved, where)
+    return resolved
 
 
 def _step(
-    wf: str, group: int, node: str, display: str, tmpl: Obj, base: Mapping[str, str]
+    wf: str, group: int, node: str, display: str, tmpl: Obj, spec_level: Mapping[str, str]
 ) -> PodStep:
-    """Build a :class:`PodStep` (``{{pod.name}}`` resolved last)."""
+    """Build a :class:`PodStep` (``{{pod.name}}`` resolved last).
+
+    ``spec_level`` holds the substituted workflow-level ``podSpecPatch`` and
+    ``podPriorityClassName``, the defaults of the template's own.
+    """
     name = str(tmpl["name"])
     pod = pod_name(wf, node, name)
     tmpl = _substitute(tmpl, {"pod.name": pod}, ())
+    patches = (str(tmpl.get("podSpecPatch") or ""), spec_level.get("podSpecPatch", ""))
     return PodStep(
         group=group,
         node_name=node,
@@ -237,6 +265,10 @@ def _step(
         container=dict(tmpl["container"]),
         metadata=dict(tmpl.get("metadata") or {}),
         retry=tmpl.get("retryStrategy"),
+        pod_spec_patches=tuple(p for p in patches if p),
+        priority_class=str(
+            tmpl.get("priorityClassName") or spec_level.get("podPriorityClassName") or ""
+        ),
     )
 
 
@@ -244,12 +276,12 @@ def _args_of(item: Obj, base: Mapping[str, str]) -> dict[str, str]:
     """A step's or task's ``arguments.parameters`` with workflow variables substituted."""
     params = (item.get("arguments") or {}).get("parameters") or []
     resolved = _substitute(params, base, ("workflow.parameters.",))
-    return {str(p["name"]): str(p.get("value", "")) for p in resolved}
+    return {_named(p, "arguments.parameters"): str(p.get("value", "")) for p in resolved}
 
 
 def _dag_levels(tasks: list[Obj]) -> list[list[Obj]]:
     """Tasks of a DAG grouped by dependency depth (400 on unknown names or cycles)."""
-    by_name = {str(t["name"]): t for t in tasks}
+    by_name = {_named(t, "templates.dag.tasks"): t for t in tasks}
     depth: dict[str, int] = {}
 
     def level(name: str, seen: tuple[str, ...]) -> int:
@@ -264,7 +296,7 @@ def _dag_levels(tasks: list[Obj]) -> list[list[Obj]]:
 
     levels: list[list[Obj]] = []
     for task in tasks:
-        index = level(str(task["name"]), ())
+        index = level(_named(task, "templates.dag.tasks"), ())
         levels.extend([] for _ in range(index + 1 - len(levels)))
         levels[index].append(task)
     return levels
@@ -283,23 +315,27 @@ def plan(workflow: Obj, spec: Obj) -> Plan:
         "workflow.uid": str(meta.get("uid", "")),
         **{f"workflow.parameters.{k}": v for k, v in params.items()},
     }
+    level = {
+        key: str(_substitute(spec.get(key) or "", base, ("workflow.parameters.",)))
+        for key in ("podSpecPatch", "podPriorityClassName")
+    }
+    pod_spec_patch(level["podSpecPatch"], "spec.podSpecPatch")
     entry = str(spec["entrypoint"])
     root = templates[entry]
     if root.get("container") is not None:
         tmpl = _container_step(root, params, base, f"templates.{entry}")
-        return Plan("Pod", entry, ((_step(wf, 0, wf, wf, tmpl, base),),), spec)
+        return Plan("Pod", entry, ((_step(wf, 0, wf, wf, tmpl, level),),), spec)
     groups: list[tuple[PodStep, ...]] = []
+    context = (templates, base, level)
     if root.get("steps") is not None:
         for index, group in enumerate(root["steps"]):
             items = group if isinstance(group, list) else [group]
-            groups.append(
-                tuple(_child(wf, index, f"{wf}[{index}].", i, templates, base) for i in items)
-            )
+            groups.append(tuple(_child(wf, index, f"{wf}[{index}].", i, context) for i in items))
         return Plan("Steps", entry, tuple(groups), spec)
     if root.get("dag") is not None:
         levels = _dag_levels(list(root["dag"].get("tasks") or []))
         for index, tasks in enumerate(levels):
-            groups.append(tuple(_child(wf, index, f"{wf}.", t, templates, base) for t in tasks))
+            groups.append(tuple(_child(wf, index, f"{wf}.", t, context) for t in tasks))
         return Plan("DAG", entry, tuple(groups), spec)
     raise ApiError(
         400, f"templates.{entry}: the local cluster runs container, steps and dag entrypoints only"
@@ -311,14 +347,20 @@ def _child(
     group: int,
     prefix: str,
     item: Obj,
-    templates: Mapping[str, Obj],
-    base: Mapping[str, str],
+    context: tuple[Mapping[str, Obj], Mapping[str, str], Mapping[str, str]],
 ) -> PodStep:
-    """The pod step of one ``steps`` item or ``dag`` task."""
-    name = str(item.get("name", ""))
+    """The pod step of one ``steps`` item or ``dag`` task.
+
+    ``context`` is ``(templates by name, workflow variables, spec-level defaults)``.
+    """
+    templates, base, level = context
+    name = _named(item, "templates.steps")
+    problem = field_name_problem(name)
+    if problem is not None:
+        raise ApiError(400, f"templates.{name}.name {problem}")
     target = str(item.get("template", ""))
     if target not in templates:
         raise ApiError(400, f"templates.{name}.template '{target}' undefined")
     where = f"templates.{target}"
     tmpl = _container_step(templates[target], _args_of(item, base), base, where)
-    return _step(wf, group, f"{prefix}{name}", name, tmpl, base)
+    return _step(wf, group, f"{prefix}{name}", name, tmpl, level)

@@ -171,6 +171,44 @@ class NoOverhead:
         return {}
 
 
+STEP_LATENCY_S = 15
+"""Seconds from an allocation change to the Airflow steps acting on it (see :class:`StepLatency`)."""
+
+
+@dataclass(slots=True)
+class StepLatency:
+    """What the Airflow steps add to every size change: the latency of a round.
+
+    On a deployment the allocator runs at every poll of every watch; a change reaches the job
+    when its watch next polls (half the 5 s poll interval on average) and the branch and the
+    rescale task have started (two task starts, a few seconds each on LocalExecutor). The
+    simulator charges that as lost progress to every job whose size changes (start, rescale,
+    pause), on top of the environment's own overhead: pessimistic, since the job really keeps
+    running at its old size meanwhile.
+
+    Attributes:
+        inner: The environment's overhead model (restart costs).
+        seconds: Latency of one round.
+    """
+
+    inner: OverheadModel
+    seconds: int = STEP_LATENCY_S
+
+    def reset(self) -> None:
+        """Reset the inner model (start of a run)."""
+        reset = getattr(self.inner, "reset", None)
+        if callable(reset):
+            reset()
+
+    def charge(self, placed: tuple[Placed, ...], *, decision: int, capacity: int) -> dict[str, int]:
+        """The inner model's charge plus ``seconds`` for every job whose size changed."""
+        out = dict(self.inner.charge(placed, decision=decision, capacity=capacity))
+        for p in placed:
+            if p.units != p.previous_units:
+                out[p.job_id] = out.get(p.job_id, 0) + self.seconds
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class RescaleOverhead:
     """A fixed cost whenever a job starts or changes size (checkpoint-restart).

@@ -25,6 +25,7 @@ like a trace file (:func:`write_trace` writes it as one).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -137,6 +138,62 @@ def _check(w: SeedWorkload) -> None:
     for name, ok, rule in rules:
         if not ok:
             raise SpecError(name, rule)
+
+
+Knob = int | float | bool
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def parse_knobs(text: str, *, flag: str = "--trace") -> tuple[SeedWorkload, dict[str, Knob]]:
+    """Parse ``key=value,...`` (``jobs=120,rate_per_hour=48``) into a checked workload.
+
+    Args:
+        text: The knobs, comma-separated; empty for the defaults.
+        flag: The command-line flag they came from, for messages.
+
+    Returns:
+        The workload, and the knobs given (for a label).
+
+    Raises:
+        SpecError: Naming ``flag``, the knob and the rule: an unknown knob, a missing value, a
+            value that is not an integer / finite number / boolean, or one out of range.
+    """
+    types = {f.name: str(f.type) for f in dataclasses.fields(SeedWorkload)}
+    knobs: dict[str, Knob] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = (part.strip() for part in item.partition("="))
+        if key not in types:
+            raise SpecError(flag, f"unknown seed workload knob {key!r} ({sorted(types)})")
+        if not sep or not value:
+            raise SpecError(flag, f"seed workload knob {key}: needs a value ({key}=...)")
+        knobs[key] = _knob(flag, key, types[key], value)
+    workload = SeedWorkload(**knobs)  # type: ignore[arg-type]
+    try:
+        _check(workload)
+    except SpecError as exc:
+        raise SpecError(flag, f"seed workload knob {exc.field}: {exc.rule}") from None
+    return workload, knobs
+
+
+def _knob(flag: str, key: str, kind: str, value: str) -> Knob:
+    if kind == "bool":
+        if value.lower() not in (*_TRUE, *_FALSE):
+            raise SpecError(
+                flag, f"seed workload knob {key}: must be true or false (got {value!r})"
+            )
+        return value.lower() in _TRUE
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        noun = "an integer" if kind == "int" else "a finite number"
+        raise SpecError(flag, f"seed workload knob {key}: must be {noun} (got {value!r})")
+    if kind == "int":
+        if not number.is_integer():
+            raise SpecError(flag, f"seed workload knob {key}: must be an integer (got {value!r})")
+        return int(number)
+    return number
 
 
 def seed_table(w: SeedWorkload) -> ThroughputTable:

@@ -17,11 +17,19 @@ Any SQLAlchemy URL works (PostgreSQL for a multi-worker Airflow). The default is
 WAL mode with a busy timeout and ``BEGIN IMMEDIATE`` write transactions, so two processes (the
 Airflow triggerer and a worker, say) can write at once without losing a row. Recording the same
 sample twice (a retried task) stores it once.
+
+Opening a SQLite file checks it first: its folder must be creatable and writable (SQLite puts its
+``-wal`` and ``-shm`` files beside the database), the file readable and writable, and
+``PRAGMA quick_check`` must pass, so a damaged database is refused at open, naming the file,
+instead of failing some later query (or answering from a broken index). Every such failure is a
+:class:`HistoryError` naming the path; URLs in messages never show a password.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -124,6 +132,75 @@ def _wal(cursor: Any) -> None:
         pause = min(2 * pause, 0.5)
 
 
+def prepare_sqlite_file(path: Path) -> None:
+    """Create the folder of a SQLite database and check the file before SQLite opens it.
+
+    Args:
+        path: The database file, as SQLite will open it (relative to the working directory).
+
+    Raises:
+        HistoryError: Naming the path, when the folder cannot be created or written, the path
+            is not a regular file or cannot be read and written, or :func:`quick_check` fails.
+    """
+    where = f"history store {str(path)!r}"
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise HistoryError(f"{where}: cannot create folder {str(folder)!r}: it is a file") from None
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise HistoryError(f"{where}: cannot create folder {str(folder)!r}: {reason}") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise HistoryError(
+            f"{where}: cannot write folder {str(folder)!r}: permission denied "
+            "(SQLite keeps -wal and -shm files beside the database)"
+        )
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise HistoryError(f"{where}: not a regular file")
+        with path.open("r+b"):  # the permissions SQLite needs, with the OS's own answer
+            pass
+    except FileNotFoundError:
+        return  # a new database: SQLite creates it
+    except OSError as exc:
+        raise HistoryError(f"{where}: cannot open: {exc.strerror or exc}") from None
+    quick_check(path)
+
+
+def quick_check(path: Path) -> None:
+    """Run ``PRAGMA quick_check`` on an existing SQLite file (reads the whole file once).
+
+    It finds damaged pages, records and b-tree structure; a flipped bit inside a stored value
+    is beyond any SQLite check (the file format keeps no checksums).
+
+    Raises:
+        HistoryError: Saying the database is corrupt (or not a SQLite database), or that it could
+            not be checked (locked for longer than the busy timeout, an I/O error).
+    """
+    where = f"history store {str(path)!r}"
+    try:
+        db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as exc:
+        raise HistoryError(f"{where}: cannot open: {exc}") from None
+    try:
+        db.text_factory = bytes  # a damaged schema may not even decode
+        rows = db.execute("PRAGMA quick_check").fetchall()
+        problems = [bytes(r[0]).decode(errors="replace") for r in rows if r[0] != b"ok"]
+    except sqlite3.OperationalError as exc:  # busy, I/O: not evidence of damage
+        raise HistoryError(f"{where}: cannot check the database: {exc}") from None
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # "file is not a database", ...
+        problems = [str(exc)]
+    finally:
+        db.close()
+    if problems:
+        detail = " ".join(" ".join(problems).split())[:300]
+        raise HistoryError(
+            f"{where}: the database is corrupt or not a SQLite database (quick_check: {detail}); "
+            "move it away to start a new history, or restore a backup"
+        )
+
+
 def _begin_immediate(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
@@ -140,13 +217,16 @@ def _engine(url: str) -> Engine:
             where = parsed.render_as_string(hide_password=True)
             raise HistoryError(f"history store {where}: {exc}") from exc
     memory = parsed.database in (None, "", ":memory:")
-    if not memory and parsed.database is not None:
-        Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(
-        parsed,
-        connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
-        poolclass=StaticPool if memory else None,
-    )
+    if not memory and parsed.database is not None and not parsed.query.get("uri"):
+        prepare_sqlite_file(Path(parsed.database))
+    try:
+        engine = create_engine(
+            parsed,
+            connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False},
+            poolclass=StaticPool if memory else None,
+        )
+    except ArgumentError as exc:  # e.g. a user or host in a SQLite URL (rendered without password)
+        raise SpecError("history.url", str(exc).replace("\n", " ")) from None
     event.listen(engine, "connect", _sqlite_pragmas)
     event.listen(engine, "begin", _begin_immediate)
     return engine
@@ -185,6 +265,22 @@ class HistoryStore:
                 have = {c["name"] for c in inspect(conn).get_columns("qosflow_samples")}
             if "share" not in have:
                 raise
+
+    @contextmanager
+    def transaction(self, *, lock: str | None = None) -> Iterator[Connection]:
+        """One write transaction (SQLite: ``BEGIN IMMEDIATE``, so writers take turns).
+
+        Args:
+            lock: A table to lock for the whole transaction on PostgreSQL (``SHARE ROW
+                EXCLUSIVE``: one such transaction at a time, readers still read).
+
+        Raises:
+            HistoryError: When the database fails (nothing is written then).
+        """
+        with self._tx() as conn:
+            if lock is not None and conn.dialect.name == "postgresql":
+                conn.exec_driver_sql(f"LOCK TABLE {lock} IN SHARE ROW EXCLUSIVE MODE")
+            yield conn
 
     @contextmanager
     def _tx(self) -> Iterator[Connection]:
@@ -310,9 +406,7 @@ class HistoryStore:
         Raises:
             HistoryError: When the database fails (nothing is recorded then).
         """
-        with self._tx() as conn:
-            if conn.dialect.name == "postgresql":
-                conn.exec_driver_sql("LOCK TABLE qosflow_promises IN SHARE ROW EXCLUSIVE MODE")
+        with self.transaction(lock="qosflow_promises") as conn:
             conn.execute(delete(promises_table).where(promises_table.c.expires_at <= now))
             yield PromiseLedger(conn, now)
 

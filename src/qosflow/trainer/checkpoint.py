@@ -6,6 +6,12 @@ JSON entry). It is written to a temporary file, fsynced, then ``os.replace``-d i
 crash leaves either the old set or the new one. A torn or corrupted file (wrong magic, wrong
 length, checksum mismatch, unreadable npz) is detected on load, and :meth:`CheckpointStore.latest`
 falls back to the previous checkpoint and reports what it skipped.
+
+A writer killed between creating its temporary file and the rename (SIGKILL, OOM kill, node
+loss) leaves ``.ckpt-<step>.qfck.<pid>.tmp`` behind; nothing else would ever delete it, and a
+pod that is killed over and over fills its volume with them.
+:meth:`CheckpointStore.clean_stale_temps`, called when a run starts, removes those whose writer
+cannot still be writing them.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import json
 import os
 import re
 import struct
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +36,13 @@ from qosflow.trainer.errors import TrainerError
 MAGIC = b"QOSFLOWCKPT1\n"
 SUFFIX = ".qfck"
 _NAME = re.compile(r"^ckpt-(\d{10})\.qfck$")
+_TEMP = re.compile(r"^\.ckpt-\d{10}\.qfck\.(\d+)\.tmp$")
+STALE_TEMP_AGE_S = 600.0
+"""A temporary file not modified for this long is stale whoever wrote it.
+
+A checkpoint write takes well under a second; the bound covers a writer in another pid namespace
+(another pod on a shared volume) whose pid happens to be alive here too.
+"""
 _HEADER = struct.Struct("<Q32s")
 _META_KEY = "__meta__"
 
@@ -59,6 +73,37 @@ class Latest:
 
     checkpoint: Checkpoint | None
     skipped: tuple[Skipped, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class Cleaned:
+    """What :meth:`CheckpointStore.clean_stale_temps` did.
+
+    Attributes:
+        removed: The stale temporary files deleted.
+        bytes: Their total size.
+        failed: Stale files that could not be deleted, and why.
+    """
+
+    removed: tuple[Path, ...] = ()
+    bytes: int = 0
+    failed: tuple[Skipped, ...] = ()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists in this pid namespace.
+
+    A process of another user counts as alive (``kill`` is refused, but it exists).
+    """
+    if pid <= 0:  # 0 and negatives address process groups, never one writer
+        return False
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def encode(step: int, arrays: Arrays, meta: Mapping[str, Any]) -> bytes:
@@ -137,6 +182,55 @@ class CheckpointStore:
         for old in self.files()[self.keep :]:
             old.unlink(missing_ok=True)
         return target
+
+    def clean_stale_temps(
+        self,
+        *,
+        now: float | None = None,
+        max_age_s: float = STALE_TEMP_AGE_S,
+        alive: Callable[[int], bool] = pid_alive,
+    ) -> Cleaned:
+        """Delete this store's temporary files that no live writer is writing.
+
+        Only names of the form :meth:`save` writes (``.ckpt-<step>.qfck.<pid>.tmp``) are
+        considered. One is stale when its pid is this process's own (call this before this
+        process saves, i.e. when a run starts: a restarted container often gets its
+        predecessor's pid), when no process has that pid, or when it was not modified for
+        ``max_age_s`` seconds.
+
+        Args:
+            now: Wall-clock time in seconds (``time.time()`` when ``None``), compared with the
+                files' modification times.
+            max_age_s: Age after which a temporary file is stale even if its pid is alive.
+            alive: Whether a pid is alive (:func:`pid_alive`; injectable for tests).
+
+        Returns:
+            The files removed, their total size and the stale ones that could not be removed.
+        """
+        if not self.directory.is_dir():
+            return Cleaned()
+        wall = time.time() if now is None else now
+        removed: list[Path] = []
+        failed: list[Skipped] = []
+        total = 0
+        for path in sorted(self.directory.iterdir()):
+            match = _TEMP.match(path.name)
+            if match is None:
+                continue
+            pid = int(match.group(1))
+            try:
+                stat = path.stat()
+                if pid != os.getpid() and alive(pid) and wall - stat.st_mtime <= max_age_s:
+                    continue
+                path.unlink()
+            except FileNotFoundError:  # gone meanwhile (its writer renamed it)
+                continue
+            except OSError as exc:
+                failed.append(Skipped(path, exc.strerror or str(exc)))
+                continue
+            removed.append(path)
+            total += stat.st_size
+        return Cleaned(tuple(removed), total, tuple(failed))
 
     def load(self, path: Path) -> Checkpoint:
         """Load and validate one file (see :func:`decode`)."""

@@ -7,7 +7,8 @@ Output contract (stable: the local cluster, the Argo templates and the tests rel
 * **stdout** gets exactly one JSON line when the run ends: ``{"event": "done", "steps": M,
   "loss": ...}`` (also written to ``<checkpoint_dir>/result.json``) or ``{"event": "stopped",
   "steps": N, "checkpoint": ...}`` after a SIGTERM.
-* **stderr** gets JSON event lines: ``start``, ``resume`` (with skipped corrupt files),
+* **stderr** gets JSON event lines: ``cleaned_temp`` (stale temporary checkpoint files of killed
+  writers, removed at start), ``start``, ``resume`` (with skipped corrupt files),
   ``threads`` (whenever the thread pool is resized), ``checkpoint``, ``step`` every
   ``log_every`` steps and, while a progress file is set, ``usage`` every few seconds (the CPU
   time the process got against the time it waited for a CPU: :mod:`qosflow.trainer.usage`).
@@ -84,6 +85,14 @@ class TrainingJob:
             cpu_max=config.cgroup_cpu_max, controller=blas, apply=self.workers.resize
         )
 
+    def _clean_temps(self) -> None:
+        cleaned = self.store.clean_stale_temps()
+        if cleaned.removed or cleaned.failed:
+            fields: dict[str, Any] = {"files": len(cleaned.removed), "bytes": cleaned.bytes}
+            if cleaned.failed:
+                fields["failed"] = [f"{s.path.name}: {s.reason}" for s in cleaned.failed]
+            emit(self.stderr, "cleaned_temp", **fields)
+
     def _start_state(self) -> tuple[_State, int | None]:
         cfg = self.config
         if cfg.resume == "false":
@@ -143,6 +152,7 @@ class TrainingJob:
     def run(self) -> int:
         """Train to ``total_steps`` (or until SIGTERM) and return the exit code."""
         cfg = self.config
+        self._clean_temps()
         state, resumed_from = self._start_state()
         (cfg.checkpoint_dir / RESULT_FILE).unlink(missing_ok=True)  # exists iff this run finished
         started = self.clock()

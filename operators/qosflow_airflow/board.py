@@ -1,0 +1,175 @@
+"""The provider's side of the job board: publish a job, allocate the cluster, read its answer.
+
+Every plan step and every poll of every watch does the same thing (:func:`allocate_on_board`):
+under the board's lock it writes its own job's fresh row (progress, size, belief), reads every
+active job of the namespace, runs the core's cluster allocator
+(:func:`qosflow.core.allocator.allocate`) on that snapshot and writes back what the allocator
+decided for its own job. It acts on its own job only; the other jobs' steps read the same board
+and act on theirs. Capacity is what qosflow jobs may use: the cluster's free units plus the units
+qosflow jobs hold now.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from qosflow.core.allocator import RANK, Allocation, ClusterInput, JobAllocation, JobInput, allocate
+from qosflow.core.summary import (
+    belief_factor,
+    belief_from_dict,
+    belief_to_dict,
+    rescaled,
+    state_from_dict,
+    state_to_dict,
+)
+from qosflow.store.board import BoardEntry, BoardSession, JobBoard
+from qosflow_airflow.state import job_from_dict
+
+if TYPE_CHECKING:
+    from qosflow.core.predict import Belief
+
+SLOT_S = 60.0
+"""Fine slot of the capacity timeline the allocator plans guarantees on."""
+
+
+@dataclass(frozen=True, slots=True)
+class BoardAnswer:
+    """What one allocation on the board says to the step that ran it.
+
+    Attributes:
+        mine: The allocator's answer for this step's own job (``None``: rejected).
+        allocation: The whole allocation (every job's answer, the verdicts).
+        capacity: Units the allocation shared out.
+        held_below: Units held now by jobs of a lower class than this job's allocation.
+    """
+
+    mine: JobAllocation | None
+    allocation: Allocation
+    capacity: int
+    held_below: int
+
+
+def job_input(entry: BoardEntry) -> JobInput:
+    """The allocator's view of one board row (its belief as published, re-inflatable).
+
+    The job is known by its row's id (the run's job id), whatever name its spec carries.
+    """
+    spec = job_from_dict(entry.spec)
+    if spec.name != entry.job_id:
+        spec = replace(spec, name=entry.job_id)
+    belief = belief_from_dict(entry.belief) if entry.belief else _unknown(spec.resources.levels)
+    factor = belief_factor(entry.belief) if entry.belief else None
+
+    def at(new: float, b: Belief = belief, old: float | None = factor) -> Belief:
+        return rescaled(b, old, new)
+
+    return JobInput(
+        spec=spec,
+        done=entry.done,
+        units=entry.units,
+        belief=belief,
+        state=state_from_dict(entry.state),
+        rescale_overhead_s=entry.overhead_s,
+        belief_factor=factor,
+        belief_at=at,
+    )
+
+
+def _unknown(levels: Sequence[int]) -> Belief:
+    """Nothing measured, no prior: no speed anywhere (nothing can be promised)."""
+    from qosflow.core.predict import Belief
+    from qosflow.core.speed import TableCurve
+
+    none = TableCurve({})
+    ordered = tuple(sorted(levels))
+    return Belief(none, none, ordered, ordered[0], ())
+
+
+def publish(entry: BoardEntry, belief: Belief | None, factor: float | None) -> BoardEntry:
+    """``entry`` carrying ``belief`` (as tables) when one is known."""
+    return replace(entry, belief=belief_to_dict(belief, factor)) if belief is not None else entry
+
+
+def allocate_on_board(
+    board: JobBoard,
+    mine: BoardEntry,
+    *,
+    now: float,
+    free_units: int,
+    plan_factor: float | None,
+    ended: Collection[str] = (),
+    held_units: int | None = None,
+    total_units: int | None = None,
+) -> BoardAnswer:
+    """Write ``mine``, allocate the namespace's cluster, write this job's answer; return it.
+
+    ``mine`` keeps the allocator's memory of the job from its previous row (a step only brings
+    what it measured). ``free_units``: the cluster's free units of the job's kind now.
+    ``ended``: jobs the cluster shows done (their finish step may not have run): off the board.
+    ``held_units``: units qosflow's active workflows hold on the cluster (``None``: what the
+    board's rows say they hold; a row may lag its job by a poll); ``total_units``: the cluster's
+    size, a cap on free plus held (a pending pod counted as held may hold nothing yet).
+    """
+    with board.session(now) as session:
+        for job_id in ended:
+            if job_id != mine.job_id and (row := session.get(job_id)) is not None and row.active:
+                session.finish(job_id)
+        previous = session.get(mine.job_id)
+        if previous is not None:
+            mine = replace(
+                mine,
+                state=previous.state,
+                target=previous.target,
+                klass=previous.klass or mine.klass,
+                guaranteed=previous.guaranteed,
+                belief=mine.belief or previous.belief,
+            )
+        session.put(mine)
+        entries = [e for e in session.entries(mine.unit) if e.active]
+        held = sum(e.units for e in entries) if held_units is None else held_units
+        capacity = free_units + held
+        if total_units is not None:
+            capacity = min(capacity, total_units)
+        cluster = ClusterInput(
+            now=now,
+            capacity=max(capacity, 1),
+            slot_s=SLOT_S,
+            jobs=tuple(job_input(e) for e in entries),
+            freed=_freed(session, mine, previous),
+            plan_factor=plan_factor,
+        )
+        out = allocate(cluster)
+        answer = out.jobs.get(mine.job_id)
+        if answer is not None:
+            session.put(
+                replace(
+                    mine,
+                    target=answer.units,
+                    klass=answer.klass,
+                    guaranteed=answer.guaranteed,
+                    reason=answer.reason,
+                    state=state_to_dict(answer.state),
+                )
+            )
+        else:  # rejected: its spec says reject; it leaves the board
+            session.finish(mine.job_id)
+        rank = RANK.get(answer.klass, 99) if answer is not None else -1
+        below = sum(e.units for e in entries if RANK.get(e.klass, 99) > rank)
+        return BoardAnswer(answer, out, cluster.capacity, below)
+
+
+def _freed(session: BoardSession, mine: BoardEntry, previous: BoardEntry | None) -> bool:
+    """A job of this kind ended since this job's previous allocation (waiting jobs ask again)."""
+    since = previous.heartbeat if previous is not None else math.inf
+    return any(
+        e.finished_at is not None and e.finished_at > since for e in session.entries(mine.unit)
+    )
+
+
+def finish_on_board(board: JobBoard, job_id: str, *, now: float) -> None:
+    """The job ended: its units are free for the others from now on."""
+    with board.session(now) as session:
+        session.finish(job_id)

@@ -1,0 +1,378 @@
+"""The cluster allocator: every active deadline job's size, priority and guarantee, in one call.
+
+One pure function, :func:`allocate`, over a snapshot of the cluster (:class:`ClusterInput`: the
+capacity, the time and every active job with its spec, progress, size, belief and the little the
+allocator remembers of it, :class:`JobState`). It returns each job's target size, PriorityClass,
+guarantee and the reason in words, and the state to remember (:class:`Allocation`). Both shells
+call it: the simulator's ``qosflow`` policy, and the Airflow watch of every job (the snapshot
+comes from the job board in the shared store; each watch acts on its own job only). No
+allocation rule is written anywhere else.
+
+The rules, in order:
+
+1. **Admission** (:func:`qosflow.core.admission.admit`): a job the allocator has not seen yet,
+   earliest deadline first, is tested against the guarantees (conservative speeds, margins, the
+   energy test, backward filling on the slotted capacity timeline). It is guaranteed, or told at
+   once that it is not (the counter-offer is in its reason) and then still runs best effort on
+   what the guarantees do not need, unless its spec says ``reject``. A job told "not
+   guaranteed" is asked again when a job finished (capacity freed), else once per dwell period.
+2. **Guarantees first**: the guarantees are re-planned with backward filling every time and get
+   the units the plan needs *now*; a guarantee that slipped is repaired (run first, as fast as it
+   can); an unguaranteed job that makes it only at its fastest gets that when every guarantee
+   still fits (:mod:`qosflow.core.allocation`).
+3. **Minimal shares** (:func:`qosflow.core.decide.minimal_share`): guarantees, then every other
+   deadline job that can still make it, earliest deadline first; a promise at risk takes the
+   largest size the other guarantees leave.
+4. **Rescale rules** (:func:`qosflow.core.decide.decide`): a running job keeps the size its own
+   decision keeps (scale down only with hysteresis, dwell and a real benefit).
+5. **Leftover**: waiting jobs start, then spare units go one level at a time to the job saving
+   the most seconds per unit, if that beats the benefit factor times the rescale cost and the
+   job is not inside its dwell time.
+
+Keeping promises: a guarantee is planned with at least the conformal factor it was admitted
+under (``JobState.floor``). Priority classes (:func:`qosflow.core.priority.classify`, with the
+ladder's hysteresis) order jobs of equal deadline.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from qosflow.core import admission, priority
+from qosflow.core.allocation import Prepared, Units, reserve, spread
+from qosflow.core.decide import JobSnapshot, decide, minimal_share
+from qosflow.core.predict import Belief, predict
+from qosflow.core.spec import JobSpec
+
+RANK = {klass.name: i for i, klass in enumerate(priority.LADDER)}
+"""PriorityClass name → its place on the ladder (0: the most urgent)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    """What the allocator remembers of a job between decisions (the board keeps it).
+
+    Attributes:
+        seen: Admission has looked at the job.
+        guaranteed: The job holds a guarantee.
+        klass: Its PriorityClass rung at the last decision (the ladder's hysteresis).
+        floor: The conformal factor its guarantee was admitted under (0: none).
+        asked_at: When admission last asked again whether it can be guaranteed.
+        rescaled_at: When its size last changed while it ran.
+        target: The size the allocator last gave it (``None``: none yet). Between a target and
+            the job's own step acting on it, the job still holds its old size: the allocator
+            keeps the target then instead of deciding again from the old size.
+    """
+
+    seen: bool = False
+    guaranteed: bool = False
+    klass: str | None = None
+    floor: float = 0.0
+    asked_at: float | None = None
+    rescaled_at: float | None = None
+    target: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobInput:
+    """One active job in the snapshot.
+
+    Attributes:
+        spec: The job (its ``name`` is its id).
+        done: Steps done (may be fractional in simulation).
+        units: Units it holds now (0: waiting or paused).
+        belief: Its speed belief.
+        state: What the allocator remembers of it.
+        rescale_overhead_s: What a rescale costs it.
+        belief_factor: The conformal factor ``belief`` was built with (``None``: not inflated).
+        belief_at: The belief with another conformal factor (for the promise); ``None`` when the
+            belief cannot be rebuilt (then the promise is the belief itself).
+    """
+
+    spec: JobSpec
+    done: float
+    units: int
+    belief: Belief
+    state: JobState = field(default_factory=JobState)
+    rescale_overhead_s: float = 30.0
+    belief_factor: float | None = None
+    belief_at: Callable[[float], Belief] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInput:
+    """The cluster at one decision.
+
+    Attributes:
+        now: Current time.
+        capacity: Units of the jobs' kind in the whole cluster.
+        slot_s: Length of the capacity timeline's fine slots.
+        jobs: Every active job, in arrival order.
+        freed: A job ended since the last decision (waiting jobs are asked again).
+        plan_factor: The conformal factor guarantees are planned with now, for every job
+            (``None``: each job's own ``belief_factor``, else none).
+        max_utilisation: Share of the capacity admission's energy test counts on.
+    """
+
+    now: float
+    capacity: int
+    slot_s: float
+    jobs: tuple[JobInput, ...]
+    freed: bool = False
+    plan_factor: float | None = None
+    max_utilisation: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobAllocation:
+    """One job's answer.
+
+    Attributes:
+        units: Its target size (0: wait, or pause a running job).
+        klass: Its PriorityClass.
+        guaranteed: Whether it holds a guarantee.
+        reason: Why, in words.
+        state: What to remember of it.
+    """
+
+    units: int
+    klass: str
+    guaranteed: bool
+    reason: str
+    state: JobState
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """The answer for the whole cluster.
+
+    Attributes:
+        jobs: Per job id (rejected jobs are absent).
+        admitted: Jobs guaranteed at this decision.
+        rejected: Jobs refused at this decision (their spec says ``reject``).
+        verdicts: Admission's verdict (kind, size, reason, counter-offer), for the jobs admission
+            told something now (a job asked again is told only when it is guaranteed).
+        wake_at: When the guarantees' plan next changes (decide again then), or ``None``.
+    """
+
+    jobs: Mapping[str, JobAllocation]
+    admitted: tuple[str, ...] = ()
+    rejected: tuple[str, ...] = ()
+    verdicts: Mapping[str, admission.Verdict] = field(default_factory=dict)
+    wake_at: int | None = None
+
+
+def promise_of(job: JobInput, plan_factor: float | None, floor: float) -> Belief:
+    """The belief a guarantee is planned on: never less conservative than at its admission.
+
+    A guarantee was proved under the factor of its admission; re-planning it under a smaller
+    one (the first learnt factor may be below the core's default 1.15) would hand its slack to
+    newcomers, and the plan would no longer fit when the factor rises again.
+    """
+    if (plan_factor is None and floor <= 0.0) or job.belief_at is None:
+        return job.belief
+    current = plan_factor if plan_factor is not None else job.belief_factor
+    factor = max(floor, current if current is not None else 1.0)
+    if job.belief_factor is not None and factor == job.belief_factor:
+        return job.belief
+    return job.belief_at(factor)
+
+
+def prepare(job: JobInput, cluster: ClusterInput, state: JobState) -> Prepared:
+    """The job readied for this decision (minimal share, class, the size it keeps)."""
+    spec, belief = job.spec, job.belief
+    queued = job.units == 0
+    snap = JobSnapshot(
+        spec=spec,
+        now=float(cluster.now),
+        steps_done=int(job.done),
+        units=spec.resources.levels[0] if queued else job.units,
+        queued=queued,
+        last_rescale_at=state.rescaled_at,
+        rescale_overhead_s=job.rescale_overhead_s,
+    )
+    remaining = max(spec.total_steps - job.done, 0.0)
+    share = minimal_share(belief, snap) if not spec.best_effort else None
+    need = share
+    cap = belief.best_plannable(snap.units)
+    fastest = predict(
+        belief,
+        now=snap.now,
+        steps_done=snap.steps_done,
+        total_steps=spec.total_steps,
+        units=cap,
+        current_units=snap.units,
+    )
+    hopeless = not spec.best_effort and fastest.conservative_finish > spec.deadline
+    tight = not hopeless and not spec.best_effort and (need is None or need >= cap)
+    at_risk = hopeless and state.guaranteed  # never starve a broken promise
+    if (tight or at_risk) and (need is None or need > cap):
+        need = cap  # inside the margin but still possible, or a promise at risk: all it may use
+    finish = (
+        fastest.conservative_finish
+        if need is None
+        else snap.now + (remaining * belief.conservative.step_time(need) if remaining else 0.0)
+    )
+    lax = priority.laxity(
+        now=snap.now,
+        deadline=spec.deadline,
+        submitted_at=spec.submitted_at,
+        conservative_finish=finish,
+    )
+    klass = priority.classify(
+        lax, guaranteed=state.guaranteed, hopeless=hopeless, previous=state.klass
+    ).name
+    pending = state.target is not None and state.target > 0 and state.target != job.units
+    if queued:
+        keep = 0
+    elif pending:  # told to resize, not acted on yet: the target stands
+        keep = state.target or 0
+    else:
+        keep = decide(snap, belief, free_units=0, share=False if spec.best_effort else share).units
+    promise = promise_of(job, cluster.plan_factor, state.floor)
+    return Prepared(
+        spec, job.done, belief, snap, need, klass, keep, promise, state.guaranteed, tight, at_risk
+    )
+
+
+@dataclass(slots=True)
+class _Decision:
+    """The allocation under construction (one call of :func:`allocate`)."""
+
+    cluster: ClusterInput
+    inputs: dict[str, JobInput]
+    states: dict[str, JobState]
+    jobs: dict[str, Prepared]
+    admitted: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    verdicts: dict[str, admission.Verdict] = field(default_factory=dict)
+
+    def admit(self) -> None:
+        """Rule 1: jobs not seen yet, and waiting ones due to be asked again, earliest first."""
+        now = float(self.cluster.now)
+        asking = []
+        for name, job in self.jobs.items():
+            st = self.states[name]
+            if job.spec.best_effort or st.guaranteed:
+                continue
+            asked = st.asked_at if st.asked_at is not None else -math.inf
+            due = self.cluster.freed or now - asked >= job.spec.dwell_seconds
+            if not st.seen:
+                self.states[name] = replace(st, asked_at=now)  # told now: asked again later
+                asking.append(job)
+            elif job.klass != "qosflow-late" and due:
+                self.states[name] = replace(st, asked_at=now)
+                asking.append(job)
+        asking.sort(key=lambda j: (j.spec.deadline, j.spec.submitted_at, j.name))
+        promised = sorted((j.name, j.candidate()) for j in self.jobs.values() if j.guaranteed)
+        for job in asking:
+            self._ask(job, promised)
+        for name, st in self.states.items():
+            if not st.seen:
+                self.states[name] = replace(st, seen=True)
+
+    def _ask(self, job: Prepared, promised: list[tuple[str, admission.Candidate]]) -> None:
+        first = not self.states[job.name].seen
+        verdict = admission.admit(
+            job.candidate(),
+            [c for _, c in promised],
+            capacity=self.cluster.capacity,
+            now=float(self.cluster.now),
+            if_not_guaranteed=job.spec.if_not_guaranteed,
+            slot_s=float(self.cluster.slot_s),
+            max_utilisation=self.cluster.max_utilisation,
+            counter_offer=first,  # a job asked again was told already
+        )
+        if verdict.kind == "rejected" and job.spec.if_not_guaranteed != "reject":
+            verdict = replace(verdict, kind="best_effort", units=job.belief.levels[0])  # runs
+        if first or verdict.kind == "guaranteed":
+            self.verdicts[job.name] = verdict
+        if verdict.kind == "guaranteed":
+            factor = self.cluster.plan_factor
+            if factor is None:  # no cluster-wide factor: the one its own belief was built with
+                factor = self.inputs[job.name].belief_factor
+            st = replace(  # the class just computed is the hysteresis' previous one
+                self.states[job.name],
+                guaranteed=True,
+                floor=factor if factor is not None else 1.0,
+                klass=job.klass,
+            )
+            self.states[job.name] = st
+            self.admitted.append(job.name)
+            self.jobs[job.name] = prepare(self.inputs[job.name], self.cluster, st)
+            bisect.insort(promised, (job.name, self.jobs[job.name].candidate()))
+        elif job.spec.if_not_guaranteed == "reject":
+            self.rejected.append(job.name)  # only on request: otherwise it runs best effort
+
+
+def _order(job: Prepared) -> tuple[int, float, int, float, str]:
+    """Guarantees and deadline jobs with a share first, then the rest, then best effort; EDF."""
+    group = 1 if job.spec.best_effort else (2 if job.need is None else 0)
+    return (group, job.spec.deadline, RANK.get(job.klass, 99), job.spec.submitted_at, job.name)
+
+
+def _share(jobs: Sequence[Prepared], cluster: ClusterInput) -> tuple[dict[str, int], int | None]:
+    """Rules 2-5 on jobs in allocation order: units per job and when to decide again."""
+    a = Units({j.name: 0 for j in jobs}, cluster.capacity)
+    reserved, wake = reserve(
+        jobs, capacity=cluster.capacity, now=float(cluster.now), slot_s=float(cluster.slot_s)
+    )
+    for job in jobs:  # 2. what the guarantees' plan needs now
+        a.raise_to(job, reserved.get(job.name, 0))
+    for first in (True, False):  # 3. minimal shares: guaranteed jobs, then the rest, EDF
+        for job in jobs:
+            if job.guaranteed != first:
+                continue
+            if job.at_risk:  # a broken promise takes what the other guarantees leave
+                a.raise_to(job, job.need or 0)
+            else:
+                a.exactly(job, job.need)
+    for job in jobs:  # 4. running jobs keep what the core's rescale rules chose
+        a.raise_to(job, job.keep)
+    for job in jobs:  # 5a. waiting jobs start on what is left
+        a.raise_to(job, job.belief.levels[0])
+    return spread(jobs, a.units, a.free), wake  # 5b. spare units where they save the most
+
+
+def _reason(job: Prepared, units: int) -> str:
+    """The allocation of one job, in words."""
+    if units == 0:
+        return "waits: the guarantees' plan and the jobs ahead of it hold every unit now"
+    why = "guaranteed" if job.guaranteed else "not guaranteed"
+    why = "best effort" if job.spec.best_effort else why
+    share = f"minimal share {job.need}" if job.need is not None else "no size known to make it"
+    return f"{why}; {share}; {units} units ({job.klass})"
+
+
+def allocate(cluster: ClusterInput) -> Allocation:
+    """Admit, order and size every active job (see the module docstring).
+
+    Returns:
+        Every job's target size, class, guarantee, reason and state to remember; the jobs
+        admitted and rejected now; admission's reasons; when to decide again.
+    """
+    inputs = {j.spec.name: j for j in cluster.jobs}
+    states = {name: j.state for name, j in inputs.items()}
+    jobs = {name: prepare(j, cluster, states[name]) for name, j in inputs.items()}
+    d = _Decision(cluster, inputs, states, jobs)
+    d.admit()
+    for name in d.rejected:
+        jobs.pop(name)
+    ordered = sorted(jobs.values(), key=_order)
+    units, wake = _share(ordered, cluster)
+    out: dict[str, JobAllocation] = {}
+    for job in ordered:
+        st = d.states[job.name]
+        klass = job.klass
+        n = units[job.name]
+        held = inputs[job.name].units
+        if held not in (0, n) and n != st.target:  # a new rescale of a running job
+            st = replace(st, rescaled_at=float(cluster.now))
+        if st.klass != klass or st.target != n:
+            st = replace(st, klass=klass, target=n)
+        out[job.name] = JobAllocation(n, klass, st.guaranteed, _reason(job, n), st)
+    wake_at = wake if wake is not None and wake > cluster.now else None
+    return Allocation(out, tuple(d.admitted), tuple(d.rejected), d.verdicts, wake_at)
