@@ -205,6 +205,11 @@ def _begin_immediate(conn: Connection) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+_DDL_LOCK = 0x716F73666C6F77
+"""PostgreSQL advisory lock key held while the tables are created (``CREATE TABLE IF NOT
+EXISTS`` races on the catalogue when two processes create the same table at once)."""
+
+
 def _engine(url: str) -> Engine:
     try:
         parsed = make_url(url)
@@ -248,6 +253,8 @@ class HistoryStore:
         self.url = url
         self._engine = _engine(url)
         with self._tx() as conn:
+            if conn.dialect.name == "postgresql":  # two stores opening a new database at once
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_DDL_LOCK})")
             METADATA.create_all(conn)
         self._add_missing_columns()
 
