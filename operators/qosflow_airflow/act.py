@@ -19,6 +19,7 @@ take anyone's units only costs time); otherwise nothing changes and the record s
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from qosflow.core.cluster import Phase, ResizeState
@@ -93,25 +94,50 @@ def _restart(
 ) -> Acted:
     """Checkpoint → stop → resubmit at the target (a paused job: resubmit only)."""
     target, unit = decision.units, state.spec.resources.unit
-    restart = checkpoint_restart(
+    what = "resumed after a pause" if resume else "checkpoint-restart"
+    return _resubmit(
         cluster,
         state,
+        record,
+        how="resume" if resume else "restart",
         units=target,
         priority_class=decision.priority_class or state.priority_class,
         priority=state.priority,
         reason=f"qosflow rescale to {target} {unit}: {decision.reason}",
+        says=lambda new, at: (
+            f"{what}: {state.workflow} stopped at step {at}, {new} resumes on {target} {unit}"
+        ),
+    )
+
+
+def _resubmit(
+    cluster: Any,
+    state: TrainingState,
+    record: dict[str, Any],
+    *,
+    how: str,
+    units: int,
+    priority_class: str,
+    priority: int,
+    reason: str,
+    says: Callable[[str, int], str],
+) -> Acted:
+    """Checkpoint-restart the job into its next segment; ``says(workflow, step)`` words it.
+
+    A job that finished before it could be stopped is left as it is (nothing changed).
+    """
+    restart = checkpoint_restart(
+        cluster, state, units=units, priority_class=priority_class, priority=priority, reason=reason
     )
     if restart.finished:
-        record.update(how="none", to=state.units, reason=f"{state.workflow} finished first")
+        record.update(how="none", to=record["from"], reason=f"{state.workflow} finished first")
         return record, restart.state
-    what = "resumed after a pause" if resume else "checkpoint-restart"
     record.update(
-        how="resume" if resume else "restart",
-        units=target,
+        how=how,
+        units=units,
         workflow=restart.state.workflow,
         resumed_from=restart.resumed_from,
-        reason=f"{what}: {state.workflow} stopped at step {restart.resumed_from}, "
-        f"{restart.state.workflow} resumes on {target} {unit}",
+        reason=says(restart.state.workflow, restart.resumed_from),
     )
     return record, restart.state
 
@@ -160,23 +186,20 @@ def bump(cluster: Any, state: TrainingState, decision: Decision) -> Acted:
     grow = max(decision.units, state.units)
     free = cluster.capacity(spec.resources.unit).free
     if klass.preempts and grow - state.units > free:
-        restart = checkpoint_restart(
+        return _resubmit(
             cluster,
             state,
+            record,
+            how="restart",
             units=grow,
             priority_class=klass.name,
             priority=priority,
             reason=f"qosflow priority bump to {klass.name} on {grow} units",
+            says=lambda _, at: (
+                f"running {state.workflow} restarted into {klass.name} on {grow} "
+                f"units from step {at} (lower classes hold the units it needs)"
+            ),
         )
-        record.update(
-            how="restart",
-            units=grow,
-            workflow=restart.state.workflow,
-            resumed_from=restart.resumed_from,
-            reason=f"running {state.workflow} restarted into {klass.name} on {grow} units from "
-            f"step {restart.resumed_from} (lower classes hold the units it needs)",
-        )
-        return record, restart.state
     why = (
         f"{klass.name} does not preempt"
         if not klass.preempts

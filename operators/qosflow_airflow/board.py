@@ -4,8 +4,10 @@ Every plan step and every poll of every watch does the same thing (:func:`alloca
 under the board's lock it writes its own job's fresh row (progress, size, belief), reads every
 active job of the namespace, runs the core's cluster allocator
 (:func:`qosflow.core.allocator.allocate`) on that snapshot and writes back what the allocator
-decided for its own job. It acts on its own job only; the other jobs' steps read the same board
-and act on theirs. Capacity is what qosflow jobs may use: the cluster's free units plus the units
+decided for every job (target, class, guarantee, reason and the allocator's memory of it: one
+allocation is the whole cluster's, as in the simulator; a job admitted in another job's step stays
+admitted). It acts on its own job only; the other jobs' steps read the same board and act on
+theirs. Only a job's own steps write its progress, size, belief and heartbeat. Capacity is what qosflow jobs may use: the cluster's free units plus the units
 qosflow jobs hold now.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from qosflow.core.allocator import RANK, Allocation, ClusterInput, JobAllocation, JobInput, allocate
 from qosflow.core.summary import (
@@ -29,7 +31,10 @@ from qosflow.store.board import BoardEntry, BoardSession, JobBoard
 from qosflow_airflow.state import job_from_dict
 
 if TYPE_CHECKING:
+    from qosflow.core.cluster import ClusterView
     from qosflow.core.predict import Belief
+    from qosflow.core.spec import Unit
+    from qosflow_airflow.admitted import Admitted
 
 SLOT_S = 60.0
 """Fine slot of the capacity timeline the allocator plans guarantees on."""
@@ -52,23 +57,27 @@ class BoardAnswer:
     held_below: int
 
 
-def job_input(entry: BoardEntry) -> JobInput:
+def job_input(entry: BoardEntry, now: float | None = None) -> JobInput:
     """The allocator's view of one board row (its belief as published, re-inflatable).
 
-    The job is known by its row's id (the run's job id), whatever name its spec carries.
+    The job is known by its row's id (the run's job id), whatever name its spec carries. A row
+    says how far its job was at its heartbeat; allocating at ``now``, a running job is taken to
+    have gone on since at its believed median speed (:func:`progress_at`), so a job whose step
+    wrote a poll ago does not look behind by a poll's worth of steps.
     """
     spec = job_from_dict(entry.spec)
     if spec.name != entry.job_id:
         spec = replace(spec, name=entry.job_id)
     belief = belief_from_dict(entry.belief) if entry.belief else _unknown(spec.resources.levels)
     factor = belief_factor(entry.belief) if entry.belief else None
+    done = entry.done if now is None else progress_at(entry, belief, spec.total_steps, now)
 
     def at(new: float, b: Belief = belief, old: float | None = factor) -> Belief:
         return rescaled(b, old, new)
 
     return JobInput(
         spec=spec,
-        done=entry.done,
+        done=done,
         units=entry.units,
         belief=belief,
         state=state_from_dict(entry.state),
@@ -76,6 +85,20 @@ def job_input(entry: BoardEntry) -> JobInput:
         belief_factor=factor,
         belief_at=at,
     )
+
+
+def progress_at(entry: BoardEntry, belief: Belief, total_steps: int, now: float) -> float:
+    """Steps ``entry``'s job has done by ``now``: its row's, plus the time since at its size.
+
+    A waiting or paused job (0 units) has not moved; nor has one whose speed is unknown.
+    """
+    elapsed = now - entry.heartbeat
+    if entry.units <= 0 or elapsed <= 0:
+        return entry.done
+    step = belief.median.step_time(entry.units)
+    if not math.isfinite(step) or step <= 0:
+        return entry.done
+    return min(entry.done + elapsed / step, float(total_steps))
 
 
 def _unknown(levels: Sequence[int]) -> Belief:
@@ -91,6 +114,32 @@ def _unknown(levels: Sequence[int]) -> Belief:
 def publish(entry: BoardEntry, belief: Belief | None, factor: float | None) -> BoardEntry:
     """``entry`` carrying ``belief`` (as tables) when one is known."""
     return replace(entry, belief=belief_to_dict(belief, factor)) if belief is not None else entry
+
+
+class ClusterSide(TypedDict):
+    """What :func:`allocate_on_board` needs to know of the cluster (see its arguments)."""
+
+    free_units: int
+    held_units: int
+    total_units: int
+    ended: tuple[str, ...]
+
+
+def cluster_side(cluster: ClusterView, unit: Unit, active: Admitted) -> ClusterSide:
+    """The cluster's side of an allocation, for a step that read ``active`` from it just now.
+
+    The units qosflow jobs hold are the cluster's own count (``active``), not the board rows'
+    (a row may lag its job by a poll); the jobs the cluster shows done leave the board.
+    """
+    from qosflow_airflow.admitted import succeeded_jobs
+
+    capacity = cluster.capacity(unit)
+    return ClusterSide(
+        free_units=capacity.free,
+        held_units=active.held_units + active.own_units,
+        total_units=capacity.total,
+        ended=tuple(sorted(succeeded_jobs(cluster))),
+    )
 
 
 def allocate_on_board(
@@ -137,28 +186,34 @@ def allocate_on_board(
             now=now,
             capacity=max(capacity, 1),
             slot_s=SLOT_S,
-            jobs=tuple(job_input(e) for e in entries),
+            jobs=tuple(job_input(e, now) for e in entries),
             freed=_freed(session, mine, previous),
             plan_factor=plan_factor,
         )
         out = allocate(cluster)
         answer = out.jobs.get(mine.job_id)
         if answer is not None:
-            session.put(
-                replace(
-                    mine,
-                    target=answer.units,
-                    klass=answer.klass,
-                    guaranteed=answer.guaranteed,
-                    reason=answer.reason,
-                    state=state_to_dict(answer.state),
-                )
-            )
+            session.put(_answered(mine, answer))
         else:  # rejected: its spec says reject; it leaves the board
             session.finish(mine.job_id)
+        for e in entries:  # the allocation is the cluster's: every job's answer is kept
+            if e.job_id != mine.job_id and (other := out.jobs.get(e.job_id)) is not None:
+                session.decide(_answered(e, other))
         rank = RANK.get(answer.klass, 99) if answer is not None else -1
         below = sum(e.units for e in entries if RANK.get(e.klass, 99) > rank)
         return BoardAnswer(answer, out, cluster.capacity, below)
+
+
+def _answered(entry: BoardEntry, answer: JobAllocation) -> BoardEntry:
+    """``entry`` carrying the allocator's answer for its job (and its memory of the job)."""
+    return replace(
+        entry,
+        target=answer.units,
+        klass=answer.klass,
+        guaranteed=answer.guaranteed,
+        reason=answer.reason,
+        state=state_to_dict(answer.state),
+    )
 
 
 def _freed(session: BoardSession, mine: BoardEntry, previous: BoardEntry | None) -> bool:

@@ -122,48 +122,22 @@ def pod_rate(
 ) -> float:
     """Steps per second of the trainer as a pod of ``units`` CPUs on the local cluster.
 
-    The run itself goes the same way (a pod of the local cluster, progress through the Argo
-    API), so the job is sized from what a pod really gets on this host right now. The rate is
-    taken over the last part of ``seconds`` (the first ``skip`` share left out).
+    The run itself goes the same way (:func:`qosflow_airflow.calibrate.measure_pods`), so the job
+    is sized from what a pod really gets on this host right now. The rate is taken over the last
+    part of ``seconds`` (the first ``skip`` share left out); ``0.0``: no progress was seen.
     """
-    from qosflow.core.cluster import Phase, SubmitRequest
+    from qosflow_airflow.calibrate import measure_pods, steady_rate
 
-    name = f"calibrate-{units}cpu-{int(time.time())}"
-    request = SubmitRequest(
-        job=name,
-        segment=0,
-        units=units,
-        unit="cpu",
-        total_steps=1_000_000,
-        resume=False,
-        priority_class="qosflow-normal",
-        priority=0,
+    (samples,) = measure_pods(
+        cluster,
+        (units,),
+        seconds=seconds,
+        checkpoint_root=str(root / "checkpoints"),
+        width=width,
         image="qosflow-demo",
-        command=("python", "-m", "qosflow.trainer", "--width", str(width)),
-        memory_per_unit="1Gi",
-        deadline=time.time() + 600,
-        checkpoint_dir=str(root / "checkpoints" / name),
-        checkpoint_every_steps=1_000_000,  # a calibration keeps nothing
+        name="calibrate",
     )
-    status = cluster.submit(request)
-    steps: list[tuple[float, int]] = []
-    try:
-        started = None
-        while True:
-            time.sleep(0.5)
-            status = cluster.status(status.name)
-            if status.phase is not Phase.RUNNING or status.steps_done is None:
-                if status.phase.finished:
-                    break
-                continue
-            now = time.monotonic()
-            started = started or now
-            steps.append((now, status.steps_done))
-            if now - started >= seconds:
-                break
-    finally:
-        cluster.stop(status.name, message="qosflow demo: calibration done")
-    return _steady_rate(steps, skip)
+    return steady_rate(samples, skip)
 
 
 def size_job(
@@ -191,18 +165,33 @@ def size_job(
 
 
 def _connection(local: Any, root: Path) -> str:
-    return json.dumps(
-        {
-            "conn_type": "qosflow_argo",
-            "host": local.argo_url,
-            "password": local.token,
-            "extra": {
-                "namespace": local.namespace,
-                "kube_url": local.kube_url,
-                "history_url": f"sqlite:///{root / 'demo-history.db'}",
-                "checkpoint_root": str(root / "checkpoints"),
-            },
-        }
+    from qosflow_airflow.hooks.argo import local_connection
+
+    conn = local_connection(
+        local,
+        history_url=f"sqlite:///{root / 'demo-history.db'}",
+        checkpoint_root=str(root / "checkpoints"),
+    )
+    return json.dumps(conn)
+
+
+def _too_busy(
+    rate1: float, rate2: float, sized: tuple[int, float] | None, longest_s: float
+) -> str | None:
+    """Why this host cannot run the demo honestly right now (``sized``: :func:`size_job`'s)."""
+    hint = "Close other busy programs (see `uptime`) and run `make demo` again."
+    if rate1 <= 0 or rate2 <= 0:
+        which = "1 CPU" if rate1 <= 0 else "2 CPUs"
+        return (
+            f"this machine is too busy for the demo right now: the calibration pod at {which} "
+            f"made no progress while it was measured. {hint}"
+        )
+    if sized is not None:
+        return None
+    return (
+        f"this machine cannot give the demo a second CPU right now: 2 CPUs ran the trainer only "
+        f"{rate2 / rate1:.2f}x faster than 1, too little to turn a deadline one CPU must miss into "
+        f"a met one within {longest_s:.0f} s. {hint}"
     )
 
 
@@ -279,13 +268,9 @@ def main(argv: list[str] | None = None) -> int:
             f"trainer: {rate1:.2f} steps/s on 1 CPU, {rate2:.2f} on 2 ({speedup:.2f}x) as a pod "
             "of the local cluster"
         )
-        if sized is None:
-            print(
-                f"this machine cannot give the demo a second CPU right now: 2 CPUs ran the "
-                f"trainer only {speedup:.2f}x faster than 1, too little to turn a deadline one CPU "
-                f"must miss into a met one within {max(LONGEST_S, args.deadline_s):.0f} s. Close "
-                "other busy programs (see `uptime`) and run `make demo` again."
-            )
+        busy = _too_busy(rate1, rate2, sized, max(LONGEST_S, args.deadline_s))
+        if busy is not None or sized is None:
+            print(busy)
             return 3
         steps, deadline_s = sized
         print(

@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # the core's speed model pulls in scipy: not at DAG-parse tim
     from qosflow.core.speed import ProgressSample
 
 STATE_KEY = "state"
+DONE, FAILED, DECISION = "done", "failed", "decision"
+"""How a watch ends (:class:`qosflow_airflow.watch.WatchEvent`'s ``status``)."""
 
 
 class XComPuller(Protocol):
@@ -188,3 +190,13 @@ def latest_state(ti: XComPuller, task_ids: Sequence[str]) -> TrainingState | Non
         if value:
             return TrainingState.from_dict(value)
     return None
+
+
+def watch_rows(ti: XComPuller, watch_task_ids: Sequence[str]) -> list[list[Any]]:
+    """The progress rows the watch steps observed, in round order (a fit starts from them)."""
+    rows: list[list[Any]] = []
+    for task_id in watch_task_ids:
+        event = ti.xcom_pull(task_ids=task_id)
+        if event:
+            rows.extend(list(r) for r in event.get("samples", []))
+    return rows

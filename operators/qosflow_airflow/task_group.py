@@ -20,6 +20,7 @@ training succeeded. A round's branch fires only on an action that changes someth
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
 
 from airflow.providers.standard.operators.empty import EmptyOperator
@@ -121,6 +122,7 @@ def deadline_training(
     report_dir: str = ".qosflow/reports",
     deferrable: bool = True,
     deadline_anchor: DeadlineAnchor = "queued",
+    finish_retries: int = 1,
 ) -> TaskGroup:
     """Build the deadline-training task group (call inside a ``DAG`` context).
 
@@ -138,6 +140,8 @@ def deadline_training(
         deadline_anchor: What a relative deadline counts from: ``queued`` (when the DAG run was
             queued: every re-run of it gets the same deadline), ``logical`` (its logical date)
             or ``plan`` (when the plan step runs).
+        finish_retries: Retries of the finish step (≥ 1 by default: a retried finish re-attaches
+            to the job's newest segment, and a trigger's event can race the task's re-deferral).
 
     Returns:
         The task group: ``plan`` is its root, ``finish`` its leaf.
@@ -174,6 +178,8 @@ def deadline_training(
             poll_interval=poll_interval,
             hold_seconds=hold_seconds,
             deferrable=deferrable,
+            retries=finish_retries,
+            retry_delay=timedelta(seconds=15),  # the job runs on: steer it again soon
             trigger_rule=TriggerRule.ALL_DONE,
         )
         [*loop.previous, *loop.dones] >> finish

@@ -27,12 +27,11 @@ from qosflow.core.spec import JobSpec, Unit
 from qosflow.core.speed import ProgressSample, SpeedModel
 from qosflow.core.steer import steer
 from qosflow.core.usage import UsageReport, merge, share_between
-from qosflow_airflow.state import json_safe, samples_to_rows
+from qosflow_airflow.state import DECISION, DONE, FAILED, json_safe, samples_to_rows
 
 if TYPE_CHECKING:
     from qosflow_airflow.board import BoardAnswer
 
-DONE, FAILED, DECISION = "done", "failed", "decision"
 Allocator = Callable[["Watcher", Belief, JobSnapshot], "BoardAnswer"]
 """Runs the cluster allocator on the job board for the watched job (blocking I/O)."""
 WatchPurpose = Literal["steer", "await_end"]

@@ -42,23 +42,18 @@ def rate():
 @pytest.fixture(scope="session")
 def local(tmp_path_factory):
     from qosflow.local.cluster import LocalCluster
+    from qosflow_airflow.hooks.argo import local_connection
     from qosflow_argo import ArgoCluster
 
     root = tmp_path_factory.mktemp("qosflow")
     with LocalCluster(cpus=2, state_dir=root / "local", token="test-token") as lc:
         ArgoCluster.from_local(lc).ensure_installed()
         os.environ["AIRFLOW_CONN_QOSFLOW_DEFAULT"] = json.dumps(
-            {
-                "conn_type": "qosflow_argo",
-                "host": lc.argo_url,
-                "password": lc.token,
-                "extra": {
-                    "namespace": lc.namespace,
-                    "kube_url": lc.kube_url,
-                    "history_url": f"sqlite:///{root / 'history.db'}",
-                    "checkpoint_root": str(root / "checkpoints"),
-                },
-            }
+            local_connection(
+                lc,
+                history_url=f"sqlite:///{root / 'history.db'}",
+                checkpoint_root=str(root / "checkpoints"),
+            )
         )
         yield lc
 

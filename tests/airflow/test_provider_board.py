@@ -201,7 +201,9 @@ def test_the_second_job_sees_the_first_and_the_first_gives_units_back(board: Job
     assert second.capacity == CAPACITY
     assert "next to 1 guaranteed job(s)" in second.allocation.verdicts["b"].reason
     assert second.allocation.jobs["a"].units == 2 and second.mine.units == 2
-    assert c.row("a", T0 + 10).target == 3  # b writes its own row only
+    a = c.row("a", T0 + 10)  # b's step wrote the whole allocation, a's answer too ...
+    assert a.target == 2 and a.heartbeat == T0 + 1  # ... but not a's heartbeat
+    assert a.units == 3  # a holds what it holds until its own step acts
     assert c.step("b", T0 + 15) is Action.ON_TRACK  # 1 more needed, none free: it waits
     assert c.step("a", T0 + 20) is Action.SCALE_DOWN  # a's next poll gives it back
     assert c.holds["a"] == 2 and c.row("a", T0 + 20).target == 2
@@ -367,3 +369,41 @@ def test_a_job_the_cluster_shows_done_leaves_the_board_at_the_next_plan(board: J
     answer = c.poll("b", T0 + 100, ended=["a", "b"])  # its own id is never ended this way
     assert "a" not in answer.allocation.jobs and answer.mine is not None
     assert not c.row("a", T0 + 100).active and c.row("b", T0 + 100).active
+
+
+def test_another_jobs_progress_counts_from_its_heartbeat_at_its_believed_speed(
+    board: JobBoard,
+) -> None:
+    s = spec("a", 1000, 600)
+    row = publish(BoardEntry("a", "cpu", job_to_dict(s), done=100.0, units=2), linear(), None)
+    with board.session(T0) as session:
+        session.put(row)
+        back = session.get("a")
+    assert back is not None
+    assert job_input(back, T0 + 30).done == pytest.approx(160.0)  # 2 steps/s for 30 s
+    assert job_input(back, T0 + 10_000).done == 1000.0  # never past its end
+    assert job_input(back).done == 100.0  # as of its heartbeat when no time is given
+    paused = publish(BoardEntry("p", "cpu", job_to_dict(s), done=100.0, units=0), linear(), None)
+    with board.session(T0) as session:
+        session.put(paused)
+        waiting = session.get("p")
+    assert waiting is not None
+    assert job_input(waiting, T0 + 30).done == 100.0  # holding nothing, it has not moved
+
+
+def test_a_job_admitted_in_another_jobs_step_stays_admitted_in_its_own(board: JobBoard) -> None:
+    c = Cluster(board)
+    c.add(spec("a", 600, 900))
+    c.submit("a", T0)
+    b = spec("b", 4000, 3600, at=T0 + 10)
+    c.add(b)
+    # b's row reaches the board without an allocation of its own (its step died after writing)
+    with board.session(T0 + 10) as session:
+        session.put(publish(BoardEntry("b", "cpu", job_to_dict(b)), linear(), None))
+    answer = c.poll("a", T0 + 11)  # a's step admits every job the allocator has not seen
+    assert "b" in answer.allocation.admitted
+    assert c.row("b", T0 + 11).guaranteed  # written to b's row in a's transaction ...
+    assert c.row("b", T0 + 11).heartbeat == T0 + 10  # ... without b's heartbeat
+    own = c.poll("b", T0 + 12)
+    assert own.mine is not None and own.mine.guaranteed  # b's own step does not re-decide it
+    assert "b" not in own.allocation.admitted

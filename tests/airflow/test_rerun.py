@@ -329,3 +329,21 @@ def test_a_replan_after_a_restart_reattaches_to_the_newest_segment(fake_cluster:
     assert again["units"] == 2 and again["priority_class"] == "qosflow-high"
     assert again["resumed_from"] == stopped_at
     assert len(fake_cluster.requests) == 2  # s0 and s1: nothing new
+
+
+def test_a_retried_finish_follows_the_job_to_its_newest_segment(fake_cluster: Any) -> None:
+    """A failed finish try's state is gone; the cluster's segments say where the job went."""
+    from qosflow_airflow.restart import checkpoint_pause, newest_segment
+
+    st = _running_state(fake_cluster)  # the rounds' state: segment 0
+    assert newest_segment(fake_cluster, st) == st  # nothing happened since
+    first = _restart(fake_cluster, st)  # the finish step's first try restarted it ...
+    moved = newest_segment(fake_cluster, st)
+    assert (moved.workflow, moved.segment, moved.units) == ("nightly-s1", 1, 2)
+    assert moved.priority_class == "qosflow-high" and not moved.paused
+    for _ in range(3):
+        fake_cluster.status("nightly-s1")
+    paused = checkpoint_pause(fake_cluster, first.state, reason="t")  # ... and then paused it
+    again = newest_segment(fake_cluster, st)
+    assert again.paused and again.workflow == "nightly-s1"
+    assert again.resumed_from == paused.resumed_from > 0  # the watch resumes it from there

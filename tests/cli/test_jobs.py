@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from in_process import qosflow
 
 from qosflow.cli import main
 
@@ -98,13 +97,7 @@ def test_replay_prints_one_decision_per_report(capsys: pytest.CaptureFixture[str
     ],
 )
 def test_bad_input_is_one_error_line_and_exit_code_2(args: list[str], needle: str) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "qosflow.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = qosflow(*args, cwd=ROOT)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
@@ -115,21 +108,7 @@ def test_bad_input_is_one_error_line_and_exit_code_2(args: list[str], needle: st
 def test_bad_progress_row_names_file_line_and_column(tmp_path: Path) -> None:
     bad = tmp_path / "progress.csv"
     bad.write_text("time,steps,units\n10,5,1\n20,lots,1\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "qosflow.cli",
-            "replay",
-            str(EXAMPLES / "ctr-nightly.yaml"),
-            str(bad),
-            "--now",
-            NOW,
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = qosflow("replay", str(EXAMPLES / "ctr-nightly.yaml"), str(bad), "--now", NOW)
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: {bad}:3:steps: must be an integer")
 

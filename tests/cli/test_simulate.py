@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import codecs
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from in_process import qosflow
 
 from qosflow.cli.simulate import add_subcommands
 from qosflow.core.errors import SpecError
@@ -84,13 +84,7 @@ FAST = ["--policies", "k8s-default", "--no-bound", "--cluster", "2x8", "--no-tim
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "qosflow.cli", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    return qosflow(*args, cwd=cwd)
 
 
 def _small_trace() -> str:

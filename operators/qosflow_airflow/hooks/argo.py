@@ -165,6 +165,25 @@ def config_from_connection(
     )
 
 
+def local_connection(local: Any, *, history_url: str, checkpoint_root: str) -> dict[str, Any]:
+    """The ``qosflow_argo`` connection (as ``AIRFLOW_CONN_*`` JSON) to a running local cluster.
+
+    ``local``: a started :class:`qosflow.local.cluster.LocalCluster` (its URLs, token and
+    namespace).
+    """
+    return {
+        "conn_type": "qosflow_argo",
+        "host": local.argo_url,
+        "password": local.token,
+        "extra": {
+            "namespace": local.namespace,
+            "kube_url": local.kube_url,
+            "history_url": history_url,
+            "checkpoint_root": checkpoint_root,
+        },
+    }
+
+
 def cluster_from_config(config: ClusterConfig) -> ArgoCluster:
     """Build the ``ArgoCluster`` client a config describes (imports hera/kubernetes lazily)."""
     from qosflow_argo import ArgoCluster

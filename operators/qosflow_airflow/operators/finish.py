@@ -34,18 +34,22 @@ from qosflow.core.errors import QosflowError
 from qosflow_airflow import act
 from qosflow_airflow.operators.base import QosflowOperator, guarded, transient_store_error
 from qosflow_airflow.report import Mark, Report
+from qosflow_airflow.restart import newest_segment
 from qosflow_airflow.state import (
+    DECISION,
+    FAILED,
     TrainingState,
     job_from_dict,
     latest_state,
     samples_from_rows,
     samples_to_rows,
+    watch_rows,
 )
 from qosflow_airflow.triggers.progress import DeadlineProgressTrigger, new_watcher, poll_once
-from qosflow_airflow.watch import DECISION, FAILED, WatchEvent
 
 if TYPE_CHECKING:
     from qosflow.core.speed import ProgressSample
+    from qosflow_airflow.watch import WatchEvent
 
 
 class FinishTrainingOperator(QosflowOperator):
@@ -117,12 +121,7 @@ class FinishTrainingOperator(QosflowOperator):
 
     def _history(self, context: Any) -> list[list[Any]]:
         """The rounds' progress rows (the watch's fit starts from them)."""
-        rows: list[list[Any]] = []
-        for task_id in self.watch_task_ids:
-            event = context["ti"].xcom_pull(task_ids=task_id)
-            if event:
-                rows.extend(list(r) for r in event.get("samples", []))
-        return rows
+        return watch_rows(context["ti"], self.watch_task_ids)
 
     def _running(self, status: JobStatus, state: TrainingState) -> bool:
         """Whether there is still something to wait for (a paused job waits for its units)."""
@@ -132,6 +131,7 @@ class FinishTrainingOperator(QosflowOperator):
         """Report now if the job ended, else steer it (or wait) until it does."""
         plan, state = self._state(context)
         cluster = guarded(self.hook.get_cluster)
+        state = guarded(partial(newest_segment, cluster, state))  # a retried try: see there
         status = guarded(lambda: cluster.status(state.workflow))
         if self._running(status, state) and self.deferrable:
             self._defer(context, state, [], [])

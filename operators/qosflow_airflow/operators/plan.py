@@ -35,7 +35,6 @@ from qosflow_airflow.admitted import (
     admission_block,
     admitted_jobs,
     job_id,
-    succeeded_jobs,
 )
 from qosflow_airflow.operators.base import QosflowOperator, guarded
 from qosflow_airflow.restart import submit_request
@@ -231,7 +230,7 @@ class PlanTrainingOperator(QosflowOperator):
 
         from qosflow.core.admission import Kind, Verdict
         from qosflow.store.board import BoardEntry, JobBoard
-        from qosflow_airflow.board import allocate_on_board, publish
+        from qosflow_airflow.board import allocate_on_board, cluster_side, publish
 
         res = spec.resources
         factor = calibration.factor if calibration is not None else None
@@ -240,11 +239,8 @@ class PlanTrainingOperator(QosflowOperator):
             JobBoard(store, str(getattr(cluster, "namespace", "qosflow"))),
             publish(entry, plan.belief, factor),
             now=now,
-            free_units=cluster.capacity(res.unit).free,
-            ended=succeeded_jobs(cluster),
-            held_units=active.held_units + active.own_units,
-            total_units=cluster.capacity(res.unit).total,
             plan_factor=None,
+            **cluster_side(cluster, res.unit, active),
         )
         told = answer.allocation.verdicts.get(ident)
         mine = answer.mine

@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from qosflow.core.errors import QosflowError
 from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, QosflowArgoHook
-from qosflow_airflow.state import STATE_KEY, latest_state, samples_from_rows
+from qosflow_airflow.state import STATE_KEY, latest_state, samples_from_rows, watch_rows
 from qosflow_airflow.triggers.progress import (
     ERROR,
     DeadlineProgressTrigger,
@@ -95,12 +95,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
         state = latest_state(ti, self.state_task_ids)
         if state is None:
             raise AirflowFailException(f"no training state in XCom of {self.state_task_ids}")
-        rows: list[list[float]] = []
-        for task_id in self.watch_task_ids:
-            event = ti.xcom_pull(task_ids=task_id)
-            if event:
-                rows.extend(list(r) for r in event.get("samples", []))
-        return state.to_dict(), rows
+        return state.to_dict(), watch_rows(ti, self.watch_task_ids)
 
     def trigger(self, context: Any) -> DeadlineProgressTrigger:
         """The trigger this sensor defers to."""

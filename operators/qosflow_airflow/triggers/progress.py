@@ -194,8 +194,8 @@ def board_allocator(state: TrainingState, history_url: str, cluster: ClusterView
     """The watch's way to the cluster allocator: its job's row on the namespace's job board."""
     from qosflow.store.board import BoardEntry, JobBoard
     from qosflow.store.history import HistoryStore
-    from qosflow_airflow.admitted import admitted_jobs, succeeded_jobs
-    from qosflow_airflow.board import allocate_on_board, publish
+    from qosflow_airflow.admitted import admitted_jobs
+    from qosflow_airflow.board import allocate_on_board, cluster_side, publish
 
     namespace = str(getattr(cluster, "namespace", "qosflow"))
     unit = state.spec.resources.unit
@@ -213,19 +213,16 @@ def board_allocator(state: TrainingState, history_url: str, cluster: ClusterView
             overhead_s=watcher.rescale_overhead_s,
         )
         factor = watcher.calibration.factor
-        capacity = cluster.capacity(unit)
         active = admitted_jobs(cluster, unit=unit, exclude=state.name, pending={})
+        side = cluster_side(cluster, unit, active)
         store = HistoryStore(history_url)
         try:
             return allocate_on_board(
                 JobBoard(store, namespace),
                 publish(entry, belief, factor),
                 now=snap.now,
-                free_units=capacity.free,
                 plan_factor=None,
-                ended=succeeded_jobs(cluster),
-                held_units=active.held_units + active.own_units,  # the cluster's, not the rows'
-                total_units=capacity.total,
+                **side,
             )
         finally:
             store.close()

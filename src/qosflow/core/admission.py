@@ -48,6 +48,7 @@ from qosflow.core.timeline import (
     place_in_order,
     timeline,
 )
+from qosflow.core.words import duration, unit_time
 
 if TYPE_CHECKING:
     from qosflow.core.predict import Belief
@@ -181,8 +182,8 @@ class _Energy:
         else:
             return None
         return (
-            f"the jobs due by {_iso(when)} would need {need / 3600:.1f} unit-hours but only "
-            f"{self.supply * max(when - self.now, 0.0) / 3600:.1f} exist"
+            f"the jobs due by {_iso(when)} would need {unit_time(need)} but only "
+            f"{unit_time(self.supply * max(when - self.now, 0.0))} exist"
         )
 
 
@@ -330,12 +331,12 @@ def admit(
 def _obstacle(s: _Setup, new: Candidate, now: float) -> str | None:
     """Why ``new`` cannot be guaranteed before any placement (too slow alone, energy), or None."""
     fresh = s.fresh
-    alone = f"{new.name} needs {fresh.alone_s / 3600:.2f} h even alone at {fresh.top} units"
+    alone = f"{new.name} needs {duration(fresh.alone_s)} even alone at {fresh.top} units"
     if now + fresh.alone_s > new.deadline:
-        return f"{alone} but only {(new.deadline - now) / 3600:.2f} h are left"
+        return f"{alone} but only {duration(new.deadline - now)} are left"
     if now + fresh.alone_s > fresh.due:  # in time for the deadline, not for its margin
         return (
-            f"{alone} but only {(fresh.due - now) / 3600:.2f} h are left before its deadline "
+            f"{alone} but only {duration(fresh.due - now)} are left before its deadline "
             f"minus a {new.margin:.0f} s margin"
         )
     return s.energy.check(fresh, fresh.due)

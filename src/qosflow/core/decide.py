@@ -34,6 +34,7 @@ from qosflow.core.errors import SpecError
 from qosflow.core.predict import Belief, Prediction, predict
 from qosflow.core.spec import JobSpec
 from qosflow.core.speed import knee
+from qosflow.core.words import duration as _dur
 
 MARGIN_SHARE = 0.05
 """Share of the time left kept as margin (when larger than the absolute margin)."""
@@ -149,18 +150,6 @@ def _json_time(t: float) -> float | None:
 
 def _from_json_time(v: Any) -> float:
     return math.inf if v is None else float(v)
-
-
-def _dur(seconds: float) -> str:
-    """A duration in words-with-numbers: ``45 s``, ``12.5 min``, ``3.20 h``."""
-    if not math.isfinite(seconds):
-        return "never"
-    sign, s = ("-" if seconds < 0 else ""), abs(seconds)
-    if s < 120:
-        return f"{sign}{s:.0f} s"
-    if s < 7200:
-        return f"{sign}{s / 60:.1f} min"
-    return f"{sign}{s / 3600:.2f} h"
 
 
 def margin_for(spec: JobSpec, now: float) -> float:

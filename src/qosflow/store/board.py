@@ -170,6 +170,18 @@ class BoardSession:
         stamped = replace(entry, heartbeat=self.now)
         self._conn.execute(board_table.insert(), [_row(self.namespace, stamped)])
 
+    def decide(self, entry: BoardEntry) -> None:
+        """Write the allocator's answer into another job's row, keeping that job's heartbeat.
+
+        Only a job's own steps stamp its heartbeat (a job whose run died must still leave the
+        board after :data:`HEARTBEAT_TTL_S`).
+        """
+        t = board_table.c
+        self._conn.execute(
+            delete(board_table).where(t.namespace == self.namespace, t.job_id == entry.job_id)
+        )
+        self._conn.execute(board_table.insert(), [_row(self.namespace, entry)])
+
     def finish(self, job_id: str) -> None:
         """Mark a job ended: its units are free from now on (kept a while: see ``freed``)."""
         entry = self.get(job_id)
