@@ -146,22 +146,35 @@ class ArgoCluster:
         )
 
     @classmethod
-    def from_env(cls, **kwargs: Any) -> ArgoCluster:
+    def from_env(
+        cls,
+        *,
+        argo_url: str | None = None,
+        kube_url: str | None = None,
+        namespace: str | None = None,
+        token: str | None = None,
+        **kwargs: Any,
+    ) -> ArgoCluster:
         """Connect with the ``QOSFLOW_ARGO_*`` variables and ``KUBECONFIG``.
 
         Reads ``QOSFLOW_ARGO_URL``, ``QOSFLOW_ARGO_TOKEN``, ``QOSFLOW_NAMESPACE``,
-        ``QOSFLOW_ARGO_CA`` and ``KUBECONFIG``.
+        ``QOSFLOW_ARGO_CA``, and for the Kubernetes API ``QOSFLOW_KUBE_URL`` (with
+        ``QOSFLOW_KUBE_TOKEN``, default the Argo token: what ``qosflow local up`` prints) or else
+        ``KUBECONFIG``. ``argo_url``, ``kube_url``, ``namespace`` and ``token``, when given, win
+        over their variables (a given ``token`` serves both APIs).
 
         Raises:
-            SpecError: When ``QOSFLOW_ARGO_URL`` is not set.
+            SpecError: When no Argo Server URL is given and ``QOSFLOW_ARGO_URL`` is not set.
         """
-        url = os.environ.get("QOSFLOW_ARGO_URL")
+        url = argo_url or os.environ.get("QOSFLOW_ARGO_URL")
         if not url:
             raise SpecError("QOSFLOW_ARGO_URL", "must be set to the Argo Server URL")
         return cls(
             url,
-            token=os.environ.get("QOSFLOW_ARGO_TOKEN") or None,
-            namespace=os.environ.get("QOSFLOW_NAMESPACE", manifests.NAMESPACE),
+            token=token or os.environ.get("QOSFLOW_ARGO_TOKEN") or None,
+            namespace=namespace or os.environ.get("QOSFLOW_NAMESPACE", manifests.NAMESPACE),
+            kube_url=kube_url or os.environ.get("QOSFLOW_KUBE_URL") or None,
+            kube_token=None if token else os.environ.get("QOSFLOW_KUBE_TOKEN") or None,
             kubeconfig=os.environ.get("KUBECONFIG") or None,
             ca_cert=os.environ.get("QOSFLOW_ARGO_CA") or None,
             **kwargs,
@@ -377,21 +390,27 @@ class ArgoCluster:
 
     # ------------------------------------------------------------------ install
 
-    def ensure_installed(self) -> dict[str, str]:
+    def ensure_installed(self, *, dry_run: bool = False) -> dict[str, str]:
         """Create or update the WorkflowTemplate and the PriorityClass ladder (idempotent).
 
         The runtime account (``argo_templates/rbac.yaml``) may read PriorityClasses and update
         the ladder's, not create them: with the ladder installed (by an administrator,
         ``kubectl apply -f argo_templates/priority-classes.yaml``) this needs no ``create``.
 
+        Args:
+            dry_run: Read only; report what an install would do.
+
         Returns:
-            Object name → ``created`` | ``updated`` | ``unchanged``.
+            Object name → ``created`` | ``updated`` | ``unchanged`` (with ``dry_run``:
+            ``would be created`` | ``would be updated`` | ``unchanged``).
 
         Raises:
             LadderMissing: Ladder classes are missing and this account may not create them; the
                 message names them and the install command.
         """
-        return Installer(self.argo, self.kube).ensure(self.namespace, self.template)
+        return Installer(self.argo, self.kube, dry_run=dry_run).ensure(
+            self.namespace, self.template
+        )
 
 
 def manifests_units(wf: dict[str, Any]) -> int | None:

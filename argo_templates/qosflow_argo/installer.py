@@ -66,12 +66,17 @@ def covers(actual: Any, desired: Any) -> bool:
 
 
 class Installer:
-    """Brings the install manifests onto a cluster through the two APIs."""
+    """Brings the install manifests onto a cluster through the two APIs.
 
-    def __init__(self, argo: ArgoServer, kube: KubeApi) -> None:
+    With ``dry_run`` it reads what is there and writes nothing: each object is reported as it
+    would be (``would be created``, ``would be updated``, ``unchanged``).
+    """
+
+    def __init__(self, argo: ArgoServer, kube: KubeApi, *, dry_run: bool = False) -> None:
         """Use these clients."""
         self.argo = argo
         self.kube = kube
+        self.dry_run = dry_run
 
     def ensure(self, namespace: str, template_name: str) -> dict[str, str]:
         """Install or update everything; returns object name → created/updated/unchanged.
@@ -105,6 +110,8 @@ class Installer:
         try:
             existing = self.argo.get_template(name)
         except NotFoundError:
+            if self.dry_run:
+                return "would be created"
             try:
                 self.argo.create_template(desired)
                 return "created"
@@ -116,10 +123,26 @@ class Installer:
             existing.get("metadata"), {"labels": desired["metadata"].get("labels", {})}
         ):
             return "unchanged"
+        if self.dry_run:
+            return "would be updated"
         update = copy.deepcopy(desired)
         update["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
         self.argo.update_template(name, update)
         return "updated"
+
+    def _create_priority_class(self, desired: dict[str, Any]) -> dict[str, Any] | None:
+        """Create it; ``None`` when created, the existing class when another installer won."""
+        name = desired["metadata"]["name"]
+        try:
+            self.kube.create_priority_class(desired)
+            return None
+        except ClusterError as exc:
+            if exc.status == FORBIDDEN:
+                raise LadderMissing([name], str(exc)) from exc
+            if exc.status != 409:
+                raise
+        existing: dict[str, Any] = self.kube.read_priority_class(name)
+        return existing
 
     def ensure_priority_class(self, desired: dict[str, Any]) -> str:
         """One PriorityClass of the ladder: read it, create it only when it is missing.
@@ -132,15 +155,12 @@ class Installer:
         try:
             existing = self.kube.read_priority_class(name)
         except NotFoundError:
-            try:
-                self.kube.create_priority_class(desired)
+            if self.dry_run:
+                return "would be created"
+            created = self._create_priority_class(desired)
+            if created is None:
                 return "created"
-            except ClusterError as exc:
-                if exc.status == FORBIDDEN:
-                    raise LadderMissing([name], str(exc)) from exc
-                if exc.status != 409:
-                    raise
-                existing = self.kube.read_priority_class(name)
+            existing = created
         for key in IMMUTABLE:
             if str(existing.get(key, "PreemptLowerPriority")) != str(desired[key]):
                 raise ClusterError(
@@ -150,6 +170,8 @@ class Installer:
                 )
         if covers(existing, desired):
             return "unchanged"
+        if self.dry_run:
+            return "would be updated"
         update = copy.deepcopy(desired)
         update["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
         try:

@@ -200,21 +200,25 @@ def newest_segment(cluster: ClusterView, state: TrainingState) -> TrainingState:
     """``state`` moved on to the job's newest segment on the cluster.
 
     A retried finish step starts from the rounds' state (a failed try's XCom and defer kwargs are
-    gone), but its earlier try may have restarted the job into later segments or paused it. The
-    cluster still knows: the job's workflows carry its label. A newest segment that we stopped
-    and did not follow with another is a pause (0 units), resumed by the watch as usual.
+    gone), but its earlier try may have resized the job in place, restarted it into later
+    segments or paused it. The cluster still knows: the job's workflows carry its label. A newest
+    segment that we stopped and did not follow with another is a pause (0 units), resumed by the
+    watch as usual.
     """
-    later = [s for s in cluster.list_jobs(state.name) if s.segment > state.segment]
+    later = [s for s in cluster.list_jobs(state.name) if s.segment >= state.segment]
     if not later:
         return state
     newest = max(later, key=lambda s: s.segment)
-    moved = state.evolve(
-        segment=newest.segment,
-        workflow=newest.name,
-        units=newest.units or state.units,
-        priority_class=newest.priority_class or state.priority_class,
-        priority=newest.priority or state.priority,
-    )
+    if newest.segment == state.segment:  # the same segment, maybe resized in place since
+        moved = state.evolve(units=newest.units or state.units)
+    else:
+        moved = state.evolve(
+            segment=newest.segment,
+            workflow=newest.name,
+            units=newest.units or state.units,
+            priority_class=newest.priority_class or state.priority_class,
+            priority=newest.priority or state.priority,
+        )
     stopped = newest.phase is Phase.STOPPED or (
         newest.phase is Phase.FAILED and SHUTDOWN in newest.message
     )

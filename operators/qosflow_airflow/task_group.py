@@ -122,7 +122,7 @@ def deadline_training(
     report_dir: str = ".qosflow/reports",
     deferrable: bool = True,
     deadline_anchor: DeadlineAnchor = "queued",
-    finish_retries: int = 1,
+    finish_retries: int = 2,
 ) -> TaskGroup:
     """Build the deadline-training task group (call inside a ``DAG`` context).
 
@@ -140,8 +140,9 @@ def deadline_training(
         deadline_anchor: What a relative deadline counts from: ``queued`` (when the DAG run was
             queued: every re-run of it gets the same deadline), ``logical`` (its logical date)
             or ``plan`` (when the plan step runs).
-        finish_retries: Retries of the finish step (≥ 1 by default: a retried finish re-attaches
-            to the job's newest segment, and a trigger's event can race the task's re-deferral).
+        finish_retries: Retries of the finish step (2 by default: a retried finish re-attaches
+            to the job's newest segment, and Airflow 3.3 can fail a task whose trigger fired
+            while the scheduler was behind, apache/airflow#72716).
 
     Returns:
         The task group: ``plan`` is its root, ``finish`` its leaf.

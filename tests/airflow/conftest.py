@@ -161,3 +161,14 @@ def fake_cluster(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_CONN_QOSFLOW_DEFAULT", json.dumps(conn))
     monkeypatch.setattr(argo, "cluster_from_config", lambda config: cluster)
     return cluster
+
+
+@pytest.fixture(autouse=True)
+def _triggers_fire_at_once(monkeypatch):
+    """In-process triggers (``dag.test()``, fake clusters) race no scheduler: no settle wait.
+
+    The real deployment test (separate processes) keeps the production wait.
+    """
+    from qosflow_airflow.triggers import progress
+
+    monkeypatch.setattr(progress, "SETTLE_S", 0.0)

@@ -337,6 +337,9 @@ def test_a_retried_finish_follows_the_job_to_its_newest_segment(fake_cluster: An
 
     st = _running_state(fake_cluster)  # the rounds' state: segment 0
     assert newest_segment(fake_cluster, st) == st  # nothing happened since
+    fake_cluster.resize("nightly-s0", 2)  # a failed try resized it in place ...
+    assert newest_segment(fake_cluster, st) == st.evolve(units=2)  # ... and the cluster says so
+    fake_cluster.resize("nightly-s0", 1)
     first = _restart(fake_cluster, st)  # the finish step's first try restarted it ...
     moved = newest_segment(fake_cluster, st)
     assert (moved.workflow, moved.segment, moved.units) == ("nightly-s1", 1, 2)

@@ -178,6 +178,20 @@ def test_bad_job_input_fails_without_retry_naming_the_field(fake_cluster):
         op.execute({"ti": mock.MagicMock(), "dag": None})
 
 
+def test_a_gpu_job_on_a_cluster_without_gpus_is_told_so_and_nothing_is_submitted(fake_cluster):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from qosflow_airflow.operators.plan import PlanTrainingOperator
+
+    fake_cluster.capacity_units = 0
+    spec = job()
+    spec["resources"] = {**spec["resources"], "unit": "gpu"}
+    op = PlanTrainingOperator(task_id="plan", job=spec)
+    with pytest.raises(AirflowFailException, match=r"resources.unit: no node .* offers a GPU"):
+        op.execute({"ti": mock.MagicMock(), "dag": None})
+    assert fake_cluster.requests == []
+
+
 # ------------------------------------------------------------------ branch
 
 
@@ -482,6 +496,34 @@ def test_failed_pod_fails_the_sensor_with_the_pod_message_and_nothing_resubmits(
     with pytest.raises(AirflowFailException, match="OOMKilled"):
         sensor.execute_complete(context, event.payload)
     assert len(fake_cluster.requests) == 1
+
+
+def test_a_trigger_never_fires_sooner_than_its_settle_time(fake_cluster, monkeypatch):
+    """apache/airflow#72716: a trigger that fires at once can get its task failed."""
+    from qosflow_airflow.restart import submit_request
+    from qosflow_airflow.triggers import progress
+
+    fake_cluster.submit(submit_request(state(), segment=0, resume=False))
+    fake_cluster.rate = 10.0  # done at the first poll
+    waited: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        waited.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(progress.asyncio, "sleep", sleep)
+    monkeypatch.setattr(progress, "SETTLE_S", 30.0)  # the production default, made long
+    t = progress.DeadlineProgressTrigger(state=state().to_dict(), poll_interval=0.0)
+    event = asyncio.run(t.run().asend(None))
+    assert event.payload["status"] == "done"
+    assert waited and 25.0 < max(waited) <= 30.0  # it waited out the rest before firing
+    waited.clear()
+    quick = progress.DeadlineProgressTrigger(
+        state=state().to_dict(), poll_interval=0.0, settle_seconds=0.0
+    )
+    assert asyncio.run(quick.run().asend(None)).payload["status"] == "done"
+    assert not [w for w in waited if w > 0]
 
 
 def test_cluster_errors_end_the_trigger_with_an_error_event(fake_cluster):

@@ -45,7 +45,11 @@ from qosflow_airflow.state import (
     samples_to_rows,
     watch_rows,
 )
-from qosflow_airflow.triggers.progress import DeadlineProgressTrigger, new_watcher, poll_once
+from qosflow_airflow.triggers.progress import (
+    DeadlineProgressTrigger,
+    new_watcher,
+    poll_once,
+)
 
 if TYPE_CHECKING:
     from qosflow.core.speed import ProgressSample
@@ -66,6 +70,8 @@ class FinishTrainingOperator(QosflowOperator):
         hold_seconds: How long a decision must hold before the step acts on it (default: the
             job's ``dwell_seconds``).
         store_retry_s: How long a transient history-store error is retried in the task.
+        settle_seconds: The trigger's least wait before it fires (see
+            :class:`~qosflow_airflow.triggers.progress.DeadlineProgressTrigger`).
         **kwargs: ``conn_id``, ``state_task_ids`` and the usual operator arguments.
     """
 
@@ -95,6 +101,7 @@ class FinishTrainingOperator(QosflowOperator):
         steer: bool = True,
         hold_seconds: float | None = None,
         store_retry_s: float = 60.0,
+        settle_seconds: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -107,6 +114,7 @@ class FinishTrainingOperator(QosflowOperator):
         self.steer = steer
         self.hold_seconds = hold_seconds
         self.store_retry_s = store_retry_s
+        self.settle_seconds = settle_seconds
 
     def _state(self, context: Any) -> tuple[Mapping[str, Any], TrainingState]:
         plan = context["ti"].xcom_pull(task_ids=self.plan_task_id)
@@ -183,6 +191,7 @@ class FinishTrainingOperator(QosflowOperator):
             poll_interval=self.poll_interval,
             hold_seconds=self._hold(state),
             purpose="steer" if self.steer else "await_end",
+            settle_seconds=self.settle_seconds,
         )
         self.defer(
             trigger=trigger,

@@ -85,6 +85,15 @@ def _job_mapping(job: Mapping[str, Any] | str) -> dict[str, Any] | str:
     return job if isinstance(job, str) else dict(job)
 
 
+_NO_UNITS = {
+    "cpu": "no node of this cluster offers allocatable CPU",
+    "gpu": "no node of this cluster offers a GPU (allocatable nvidia.com/gpu is 0 or absent): "
+    "run the job on a cluster with GPU nodes (and the device plugin), or set resources.unit: cpu",
+    "worker": "no node of this cluster can run a worker pod",
+}
+"""What the plan step says when the cluster has none of a job's unit (nothing is submitted)."""
+
+
 class PlanTrainingOperator(QosflowOperator):
     """Admit and size a deadline job; push the plan.
 
@@ -197,6 +206,8 @@ class PlanTrainingOperator(QosflowOperator):
             calibration = store.calibration(spec.key)
             active = admitted_jobs(cluster, unit=res.unit, exclude=ident, pending={})
             capacity = cluster.capacity(res.unit)
+            if capacity.total < 1:
+                raise SpecError("resources.unit", _NO_UNITS[res.unit])
             free = capacity.free + active.held_units + active.own_units  # a re-plan's own
             plan = plan_job(  # the job's own numbers: prediction, schedule, class, offer
                 spec,

@@ -56,6 +56,8 @@ class DeadlineProgressSensor(BaseSensorOperator):
         hold_seconds: How long an actionable decision must hold (default: the job's dwell time).
         purpose: ``steer`` (decide for one round) or ``await_end`` (wait for the end only).
         deferrable: Watch from the triggerer (default) instead of poking in a worker slot.
+        settle_seconds: The trigger's least wait before it fires (see
+            :class:`~qosflow_airflow.triggers.progress.DeadlineProgressTrigger`).
         **kwargs: Sensor arguments (``timeout``...).
     """
 
@@ -71,6 +73,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
         hold_seconds: float | None = None,
         purpose: WatchPurpose = "steer",
         deferrable: bool = True,
+        settle_seconds: float | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", poll_interval)
@@ -83,6 +86,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
         self.hold_seconds = hold_seconds
         self.purpose: WatchPurpose = purpose
         self.deferrable = deferrable
+        self.settle_seconds = settle_seconds
         self._poking: tuple[Any, EndWatch] | None = None
 
     @cached_property
@@ -107,6 +111,7 @@ class DeadlineProgressSensor(BaseSensorOperator):
             poll_interval=self.poll_interval,
             hold_seconds=self.hold_seconds,
             purpose=self.purpose,
+            settle_seconds=self.settle_seconds,
         )
 
     def execute(self, context: Any) -> Any:

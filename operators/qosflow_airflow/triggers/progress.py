@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from qosflow_airflow.watch import Allocator, EndWatch, Watcher, WatchEvent, WatchPurpose
 
 ERROR = "error"
+SETTLE_S = 10.0
+"""How long a trigger waits at least before it fires, unless told (``settle_seconds``)."""
 
 
 class DeadlineProgressTrigger(BaseTrigger):
@@ -43,6 +45,10 @@ class DeadlineProgressTrigger(BaseTrigger):
         hold_seconds: How long an actionable decision must hold; ``None`` = the job's dwell time.
         purpose: ``steer`` (decide for one round) or ``await_end`` (the finish step's wait).
         max_errors: Consecutive retryable cluster errors tolerated before giving up.
+        settle_seconds: Never fire sooner than this after the trigger started. Airflow 3.3
+            (apache/airflow#72716) fails a task whose trigger fired so fast that the resumed try
+            is already running when the scheduler drains the executor's stale "success" of the
+            deferring try. ``None``: :data:`SETTLE_S`, read when the trigger runs.
     """
 
     def __init__(
@@ -55,6 +61,7 @@ class DeadlineProgressTrigger(BaseTrigger):
         hold_seconds: float | None = None,
         purpose: WatchPurpose = "steer",
         max_errors: int = 5,
+        settle_seconds: float | None = None,
     ) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.state = dict(state)
@@ -64,6 +71,7 @@ class DeadlineProgressTrigger(BaseTrigger):
         self.hold_seconds = hold_seconds
         self.purpose: WatchPurpose = purpose
         self.max_errors = max_errors
+        self.settle_seconds = settle_seconds
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         """Literal classpath and JSON-safe kwargs."""
@@ -77,6 +85,7 @@ class DeadlineProgressTrigger(BaseTrigger):
                 "hold_seconds": self.hold_seconds,
                 "purpose": self.purpose,
                 "max_errors": self.max_errors,
+                "settle_seconds": self.settle_seconds,
             },
         )
 
@@ -107,6 +116,7 @@ class DeadlineProgressTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         """Poll until the watch ends; yield exactly one event."""
         workflow = str(self.state.get("workflow", ""))
+        started = asyncio.get_running_loop().time()
         try:
             cluster, history_url = await self.cluster()
             watcher = await asyncio.to_thread(self.watcher, history_url, cluster)
@@ -129,6 +139,10 @@ class DeadlineProgressTrigger(BaseTrigger):
                 self.log.warning("watch of %s: %s (retrying)", workflow, exc)
                 event = None
             if event is not None:
+                settle = SETTLE_S if self.settle_seconds is None else self.settle_seconds
+                early = settle - (asyncio.get_running_loop().time() - started)
+                if early > 0:  # see settle_seconds: the scheduler must see the deferral first
+                    await asyncio.sleep(early)
                 yield TriggerEvent(event.to_dict())  # type: ignore[no-untyped-call]
                 return
             await asyncio.sleep(self.poll_interval)

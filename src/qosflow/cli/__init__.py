@@ -203,15 +203,39 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _argo_render(args: argparse.Namespace) -> int:
-    try:
-        render = importlib.import_module("qosflow_argo.render")
-    except ImportError as exc:
-        raise QosflowError(
-            f"`qosflow argo render` needs the argo extra (pip install 'qosflow[argo]'): {exc}"
-        ) from None
+    render = _argo_module("render", "argo render")
     argv = ["--out", args.out] if args.out else []
     argv += ["--namespace", args.namespace] if args.namespace else []
     code: int = render.main([*argv, "--check"] if args.check else argv)
+    return code
+
+
+def _argo_module(name: str, command: str) -> Any:
+    try:
+        return importlib.import_module(f"qosflow_argo.{name}")
+    except ImportError as exc:
+        raise QosflowError(
+            f"`qosflow {command}` needs the argo extra (pip install 'qosflow[argo]'): {exc}"
+        ) from None
+
+
+def _argo_install(args: argparse.Namespace) -> int:
+    code: int = _argo_module("install", "argo install").run(args)
+    return code
+
+
+def _install_on_local(info: dict[str, Any]) -> int:
+    """After ``qosflow local up``: install the WorkflowTemplate and the ladder on it."""
+    try:
+        install = importlib.import_module("qosflow_argo.install")
+    except ImportError:  # the argo extra is not installed: nothing would use the template
+        print("note: without the argo extra nothing was installed on the local cluster")
+        return 0
+    args = argparse.Namespace(
+        argo_url=info["argo_url"], kube_url=info["kube_url"], namespace=info["namespace"],
+        token=str(info["token"]), dry_run=False,
+    )  # fmt: skip
+    code: int = install.run(args)
     return code
 
 
@@ -281,12 +305,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="write nothing; exit 1 when a file in the --out directory is missing or stale",
     )
     render.set_defaults(func=_argo_render)
+    install = argo.add_parser(
+        "install",
+        help="install (or --dry-run: report) the WorkflowTemplate and the PriorityClass ladder",
+        description="Create or update qosflow's WorkflowTemplate and PriorityClass ladder on the "
+        "cluster the flags or QOSFLOW_ARGO_URL, QOSFLOW_ARGO_TOKEN, QOSFLOW_KUBE_URL (or "
+        "KUBECONFIG) and QOSFLOW_NAMESPACE point at. Idempotent; prints one line per object. "
+        "The RBAC (argo_templates/rbac.yaml) is applied by an administrator with kubectl.",
+    )
+    install.add_argument("--argo-url", help="Argo Server URL (default: $QOSFLOW_ARGO_URL)")
+    install.add_argument(
+        "--kube-url", help="Kubernetes API URL (default: $QOSFLOW_KUBE_URL, else KUBECONFIG)"
+    )
+    install.add_argument(
+        "--namespace", help="namespace of the template (default: $QOSFLOW_NAMESPACE or qosflow)"
+    )
+    install.add_argument(
+        "--dry-run", action="store_true", help="read only: print what an install would do"
+    )
+    install.set_defaults(func=_argo_install)
 
     for module in ("qosflow.local.cli", "qosflow.cli.simulate"):
         try:
-            importlib.import_module(module).add_subcommands(sub)
+            mod = importlib.import_module(module)
         except ImportError:  # pragma: no cover - optional parts not built into this install
             continue
+        if module == "qosflow.local.cli":
+            mod.add_subcommands(sub, on_up=_install_on_local)
+        else:
+            mod.add_subcommands(sub)
     return parser
 
 

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -109,14 +110,14 @@ def _print_info(info: dict[str, Any]) -> None:
         print(f"{key}: {info[key]}")
 
 
-def up(args: argparse.Namespace) -> int:
-    """Start the daemon (or report the running one)."""
+def up(args: argparse.Namespace, on_up: Callable[[dict[str, Any]], int] | None = None) -> int:
+    """Start the daemon (or report the running one); then ``on_up(info)`` (its exit code)."""
     state_dir = Path(args.state_dir)
     info = read_info(state_dir)
     if info is not None:
         print("the local cluster is already running")
         _print_info(info)
-        return 0
+        return on_up(info) if on_up is not None else 0
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / INFO_FILE).unlink(missing_ok=True)
     command = [
@@ -147,7 +148,7 @@ def up(args: argparse.Namespace) -> int:
         info = read_info(state_dir)
         if info is not None and info.get("pid") == child.pid:
             _print_info(info)
-            return 0
+            return on_up(info) if on_up is not None else 0
         if child.poll() is not None:
             break
         time.sleep(0.1)
@@ -209,8 +210,12 @@ def down(args: argparse.Namespace) -> int:
             (state_dir / INFO_FILE).unlink(missing_ok=True)
 
 
-def add_subcommands(sub: Any) -> None:
-    """Register ``local up`` and ``local down`` on an argparse subparsers object."""
+def add_subcommands(sub: Any, *, on_up: Callable[[dict[str, Any]], int] | None = None) -> None:
+    """Register ``local up`` and ``local down`` on an argparse subparsers object.
+
+    ``on_up``: run once the cluster is up, with what ``up`` printed (the CLI installs qosflow's
+    WorkflowTemplate and PriorityClasses there; this package knows nothing of them).
+    """
     local = sub.add_parser("local", help="the embedded local cluster (Argo + Kubernetes emulation)")
     verbs = local.add_subparsers(dest="local_command", required=True)
     start = verbs.add_parser("up", help="start the local cluster in the background")
@@ -230,7 +235,7 @@ def add_subcommands(sub: Any) -> None:
         help="bearer token (default: $QOSFLOW_LOCAL_TOKEN, else the one stored in the state "
         "directory, else a new random one)",
     )
-    start.set_defaults(func=up)
+    start.set_defaults(func=lambda args: up(args, on_up))
     stop = verbs.add_parser("down", help="stop the local cluster")
     stop.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR), help="state directory")
     stop.set_defaults(func=down)
