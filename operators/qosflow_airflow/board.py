@@ -7,8 +7,8 @@ active job of the namespace, runs the core's cluster allocator
 decided for every job (target, class, guarantee, reason and the allocator's memory of it: one
 allocation is the whole cluster's, as in the simulator; a job admitted in another job's step stays
 admitted). It acts on its own job only; the other jobs' steps read the same board and act on
-theirs. Only a job's own steps write its progress, size, belief and heartbeat. Capacity is what qosflow jobs may use: the cluster's free units plus the units
-qosflow jobs hold now.
+theirs. Only a job's own steps write its progress, size, belief and heartbeat. Capacity is what
+qosflow jobs may use: the cluster's free units plus the units qosflow jobs hold now.
 """
 
 from __future__ import annotations
