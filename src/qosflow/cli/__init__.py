@@ -247,38 +247,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {message}\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the argument parser with every subcommand."""
-    parser = _Parser(
-        prog="qosflow", description="Deadline-driven training: plan, replay, simulate."
-    )
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    plan = sub.add_parser(
-        "plan", help="admission verdict, initial size, finish times and schedule of a job"
-    )
-    plan.add_argument("job", help="job spec (YAML or JSON)")
-    plan.add_argument(
-        "--cluster", required=True, help="cluster spec (YAML/JSON) or NODESxUNITS like 4x8"
-    )
-    plan.add_argument("--now", help="submission instant (ISO-8601 with timezone); default: now")
-    plan.add_argument("--history", help="history store SQLAlchemy URL (observed step times)")
-    plan.set_defaults(func=_plan)
-
-    replay = sub.add_parser("replay", help="replay a progress log through the decision function")
-    replay.add_argument("job", help="job spec (YAML or JSON)")
-    replay.add_argument(
-        "progress", help="CSV with columns time (s since submission or ISO), steps, units"
-    )
-    replay.add_argument("--now", help="submission instant (ISO-8601); default: now")
-    replay.add_argument(
-        "--free-units", type=int, default=0, help="units free beyond the job's own (default 0)"
-    )
-    replay.add_argument(
-        "--every", type=int, default=1, help="decide at every Nth report (default 1)"
-    )
-    replay.set_defaults(func=_replay)
-
+def _add_argo(sub: Any) -> None:
+    """``qosflow argo render`` and ``qosflow argo install``."""
     argo = sub.add_parser("argo", help="Argo manifests").add_subparsers(
         dest="argo_command", required=True
     )
@@ -324,6 +294,41 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run", action="store_true", help="read only: print what an install would do"
     )
     install.set_defaults(func=_argo_install)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the argument parser with every subcommand."""
+    parser = _Parser(
+        prog="qosflow", description="Deadline-driven training: plan, replay, simulate."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    plan = sub.add_parser(
+        "plan", help="admission verdict, initial size, finish times and schedule of a job"
+    )
+    plan.add_argument("job", help="job spec (YAML or JSON)")
+    plan.add_argument(
+        "--cluster", required=True, help="cluster spec (YAML/JSON) or NODESxUNITS like 4x8"
+    )
+    plan.add_argument("--now", help="submission instant (ISO-8601 with timezone); default: now")
+    plan.add_argument("--history", help="history store SQLAlchemy URL (observed step times)")
+    plan.set_defaults(func=_plan)
+
+    replay = sub.add_parser("replay", help="replay a progress log through the decision function")
+    replay.add_argument("job", help="job spec (YAML or JSON)")
+    replay.add_argument(
+        "progress", help="CSV with columns time (s since submission or ISO), steps, units"
+    )
+    replay.add_argument("--now", help="submission instant (ISO-8601); default: now")
+    replay.add_argument(
+        "--free-units", type=int, default=0, help="units free beyond the job's own (default 0)"
+    )
+    replay.add_argument(
+        "--every", type=int, default=1, help="decide at every Nth report (default 1)"
+    )
+    replay.set_defaults(func=_replay)
+
+    _add_argo(sub)
 
     for module in ("qosflow.local.cli", "qosflow.cli.simulate"):
         try:
