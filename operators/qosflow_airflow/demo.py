@@ -81,6 +81,9 @@ def trainer_rate(width: int, seconds: float = 8.0, cpus: int = 1, skip: float = 
     itself measures through the local cluster instead (:func:`pod_rate`). The rate is taken over
     the observations after the first ``skip`` share.
     """
+    from qosflow.core.speed import ProgressSample
+    from qosflow_airflow.calibrate import steady_rate
+
     cores = sorted(os.sched_getaffinity(0))[:cpus]
     with tempfile.TemporaryDirectory() as tmp:
         progress = Path(tmp) / "progress"
@@ -95,26 +98,19 @@ def trainer_rate(width: int, seconds: float = 8.0, cpus: int = 1, skip: float = 
             stderr=subprocess.DEVNULL,
             preexec_fn=lambda: os.sched_setaffinity(0, cores),
         )
-        steps: list[tuple[float, int]] = []
+        steps: list[ProgressSample] = []
         try:
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 time.sleep(0.5)
                 lines = progress.read_text().split() if progress.exists() else []
                 if lines and "/" in lines[-1]:
-                    steps.append((time.monotonic(), int(lines[-1].split("/")[0])))
+                    done = int(lines[-1].split("/")[0])
+                    steps.append(ProgressSample(time.monotonic(), done, cpus))
         finally:
             proc.terminate()
             proc.wait(timeout=30)
-    return _steady_rate(steps, skip)
-
-
-def _steady_rate(steps: list[tuple[float, int]], skip: float = 1 / 3) -> float:
-    """Steps per second over ``(time, steps)`` observations, the first ``skip`` share left out."""
-    warm = steps[int(len(steps) * skip) :]
-    if len(warm) < 2 or warm[-1][1] <= warm[0][1]:
-        return 0.0
-    return (warm[-1][1] - warm[0][1]) / (warm[-1][0] - warm[0][0])
+    return steady_rate(steps, skip)
 
 
 def pod_rate(

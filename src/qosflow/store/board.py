@@ -163,12 +163,7 @@ class BoardSession:
 
     def put(self, entry: BoardEntry) -> None:
         """Write (insert or replace) one job's row, stamped with this session's time."""
-        t = board_table.c
-        self._conn.execute(
-            delete(board_table).where(t.namespace == self.namespace, t.job_id == entry.job_id)
-        )
-        stamped = replace(entry, heartbeat=self.now)
-        self._conn.execute(board_table.insert(), [_row(self.namespace, stamped)])
+        self._write(replace(entry, heartbeat=self.now))
 
     def decide(self, entry: BoardEntry) -> None:
         """Write the allocator's answer into another job's row, keeping that job's heartbeat.
@@ -176,6 +171,9 @@ class BoardSession:
         Only a job's own steps stamp its heartbeat (a job whose run died must still leave the
         board after :data:`HEARTBEAT_TTL_S`).
         """
+        self._write(entry)
+
+    def _write(self, entry: BoardEntry) -> None:
         t = board_table.c
         self._conn.execute(
             delete(board_table).where(t.namespace == self.namespace, t.job_id == entry.job_id)
