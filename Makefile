@@ -18,8 +18,8 @@ venv: uv
 	@$(UV) sync --frozen --all-extras --quiet
 
 lint: venv
-	$(VENV)/bin/ruff check src operators argo_templates dags bench tests
-	$(VENV)/bin/ruff format --check src operators argo_templates dags bench tests
+	$(VENV)/bin/ruff check src trainer operators argo_templates dags bench tests
+	$(VENV)/bin/ruff format --check src trainer operators argo_templates dags bench tests
 
 typecheck: venv
 	$(VENV)/bin/mypy

@@ -356,7 +356,7 @@ def submit_request(job: str, **over: Any) -> Any:
         priority_class="qosflow-normal",
         priority=10,
         image="python:3.11-slim",
-        command=("python", "-m", "qosflow.trainer", *SMALL_TRAINER),
+        command=("python", "-m", "qosflow_trainer", *SMALL_TRAINER),
         memory_per_unit="256Mi",
         deadline=time.time() + 3600,
         checkpoint_dir=f"/tmp/qosflow-campaign/{job}",
@@ -637,7 +637,7 @@ for job in jobs:
     cluster.submit(SubmitRequest(
         job=job, segment=0, units=1, unit="cpu", total_steps=10**6, resume=False,
         priority_class="qosflow-normal", priority=10, image="python:3.11-slim",
-        command=("python", "-m", "qosflow.trainer", {small}), memory_per_unit="256Mi",
+        command=("python", "-m", "qosflow_trainer", {small}), memory_per_unit="256Mi",
         deadline=float(deadline), checkpoint_dir="/tmp/qosflow-campaign/" + job,
         checkpoint_every_steps=5))
     print("submitted", job, flush=True)
@@ -1244,7 +1244,7 @@ def _trainer(ckpt: Path, every: int, steps: int, resume: str) -> subprocess.Pope
     env = {k: v for k, v in os.environ.items() if not k.startswith("QOSFLOW_")}
     env |= {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     args = ["--width", "256", "--depth", "3", "--input-dim", "64", "--batch-size", "64"]
-    command = [sys.executable, "-m", "qosflow.trainer", *args, "--log-every", "1"]
+    command = [sys.executable, "-m", "qosflow_trainer", *args, "--log-every", "1"]
     command += ["--steps", str(steps), "--checkpoint-dir", str(ckpt)]
     command += ["--checkpoint-every", str(every), "--resume", resume, "--keep-checkpoints", "2"]
     err = open(ckpt.parent / "trainer.log", "a")  # noqa: SIM115 - the child's stderr
@@ -1358,7 +1358,7 @@ def scenario_trainer(c: Campaign) -> None:
 
 
 def _segment(job: str, steps: int, every: int, ckpt: Path) -> Any:
-    command = ("python", "-m", "qosflow.trainer", *SMALL_TRAINER, "--log-every", "1")
+    command = ("python", "-m", "qosflow_trainer", *SMALL_TRAINER, "--log-every", "1")
     return submit_request(
         job,
         total_steps=steps,
@@ -1855,7 +1855,7 @@ def _job(steps: int) -> dict[str, Any]:
         "margin_seconds": 5,
         "dwell_seconds": 10,
         "step_seconds_estimate": 0.02,
-        "command": ["python", "-m", "qosflow.trainer", *SMALL_TRAINER],
+        "command": ["python", "-m", "qosflow_trainer", *SMALL_TRAINER],
     }
 
 

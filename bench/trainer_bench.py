@@ -1,6 +1,6 @@
 """Reference trainer: does an in-place CPU resize really speed it up?
 
-One `python -m qosflow.trainer` process (default sizes) runs pinned to 1 CPU, is re-pinned to 2
+One `python -m qosflow_trainer` process (default sizes) runs pinned to 1 CPU, is re-pinned to 2
 CPUs with os.sched_setaffinity (what the local cluster does on an in-place resize), and so on,
 alternating ``ROUNDS`` times; the step rates of the same process are compared side by side. Then it
 is stopped with SIGTERM and the time to a written checkpoint and exit code 75 is measured.
@@ -103,7 +103,7 @@ def main() -> int:
             QOSFLOW_LOG_EVERY="1",
         )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "qosflow.trainer"],
+            [sys.executable, "-m", "qosflow_trainer"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -162,7 +162,7 @@ def job(team: str) -> dict[str, Any]:
         "checkpoint_every_steps": 100,
         "margin_seconds": f"{{{{ ti.xcom_pull(task_ids='measure')['{team}']['margin_s'] }}}}",
         "dwell_seconds": 10,
-        "command": ["python", "-m", "qosflow.trainer", "--width", str(WIDTH)],
+        "command": ["python", "-m", "qosflow_trainer", "--width", str(WIDTH)],
     }
 
 

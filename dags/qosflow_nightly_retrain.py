@@ -30,7 +30,7 @@ JOB = {
     "checkpoint_every_steps": 20,
     "margin_seconds": 10,
     "dwell_seconds": 15,
-    "command": ["python", "-m", "qosflow.trainer", "--width", "{{ params.width }}"],
+    "command": ["python", "-m", "qosflow_trainer", "--width", "{{ params.width }}"],
 }
 
 with DAG(

@@ -3,7 +3,7 @@
 * the core is pure: no I/O, wall clock, threads, processes or SQL;
 * no module imports another module's ``_private`` names;
 * modules stay at most 500 lines and functions at most 80;
-* ``import qosflow.trainer`` loads the standard library only (the helpers go into users' images).
+* ``import qosflow_trainer`` loads the standard library only (the helpers go into users' images).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = [ROOT / "src", ROOT / "operators", ROOT / "argo_templates"]
+SOURCES = [ROOT / "src", ROOT / "trainer", ROOT / "operators", ROOT / "argo_templates"]
 CORE = ROOT / "src" / "qosflow" / "core"
 IMPURE = {
     "time",
@@ -101,9 +101,9 @@ def test_modules_and_functions_stay_small() -> None:
 
 def test_importing_the_trainer_helpers_loads_only_the_standard_library() -> None:
     code = (
-        "import sys, qosflow.trainer\n"
+        "import sys, qosflow_trainer\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)"
-        " - {'__main__', 'qosflow'}))"
+        " - {'__main__', 'qosflow_trainer'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,8 +1,10 @@
-"""A wheel that stands alone: build it, install it in a clean venv, run the CLI outside the repo.
+"""Wheels that stand alone: build them, install them in clean venvs, run them outside the repo.
 
-The wheel is built the way a release is (``uv build``: an sdist, then the wheel from that sdist),
-installed with its ``argo`` extra into a fresh ``python -m venv`` (dependencies from pip's
-configured index), and ``qosflow plan``, ``qosflow simulate`` (on a packaged trace) and
+The wheels are built the way a release is (``uv build``: an sdist, then the wheel from that
+sdist): ``qosflow`` and the small ``qosflow-trainer`` it depends on (the helpers that go into
+training images; numpy only). ``qosflow`` is installed with its ``argo`` extra into a fresh
+``python -m venv`` (dependencies from pip's configured index, the trainer from the built file),
+and ``qosflow plan``, ``qosflow simulate`` (on a packaged trace) and
 ``qosflow argo render --out`` run from a temporary working directory with ``$QOSFLOW_SHARED``
 pointing nowhere, so nothing may come from the checkout or from ``../shared``.
 """
@@ -63,23 +65,61 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     env = _env(out)
     _run([_uv(), "build", "--quiet", "--out-dir", str(out), str(REPO)], out, env, 300)
-    (built,) = out.glob("qosflow-*.whl")
+    _run([_uv(), "build", "--quiet", "--out-dir", str(out), str(REPO / "trainer")], out, env, 300)
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: Path) -> Path:
+    (built,) = dist.glob("qosflow-*.whl")
     return built
+
+
+@pytest.fixture(scope="module")
+def trainer_wheel(dist: Path) -> Path:
+    (built,) = dist.glob("qosflow_trainer-*.whl")
+    return built
+
+
+def _venv(root: Path) -> tuple[Path, list[str]]:
+    """A fresh venv under ``root`` and its ``pip install`` command."""
+    _run([sys.executable, "-m", "venv", str(root / "venv")], root, _env(root), 120)
+    python = root / "venv" / "bin" / "python"
+    return root / "venv", [str(python), "-m", "pip", "install", "--quiet"]
 
 
 @pytest.fixture(scope="module")
 def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("venv")
-    env = _env(root)
-    _run([sys.executable, "-m", "venv", str(root / "venv")], root, env, 120)
-    python = root / "venv" / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    _run([*pip, f"{wheel}[argo]"], root, env, 600)
-    yield root / "venv"
+    path, pip = _venv(root)
+    _run([*pip, "--find-links", str(wheel.parent), f"{wheel}[argo]"], root, _env(root), 600)
+    yield path
+
+
+def test_the_trainer_wheel_installs_with_numpy_only_and_runs(
+    trainer_wheel: Path, tmp_path: Path
+) -> None:
+    path, pip = _venv(tmp_path)
+    _run([*pip, str(trainer_wheel)], tmp_path, _env(tmp_path), 600)
+    listed = _run([str(path / "bin" / "python"), "-m", "pip", "list"], tmp_path, _env(tmp_path), 60)
+    names = {line.split()[0].lower() for line in listed.splitlines()[2:] if line.strip()}
+    assert names - {"pip", "setuptools", "wheel"} == {"numpy", "qosflow-trainer"}
+    env = {**_env(tmp_path), "ARGO_PROGRESS_FILE": str(tmp_path / "progress")}
+    ckpt = str(tmp_path / "ckpt")
+    run = [str(path / "bin" / "python"), "-m", "qosflow_trainer", "--steps", "12", "--width", "16"]
+    out = _run([*run, "--checkpoint-dir", ckpt, "--checkpoint-every", "5"], tmp_path, env, 120)
+    assert '"event": "done"' in out and '"steps": 12' in out
+    assert (tmp_path / "progress").read_text().strip().splitlines()[-1] == "12/12"
+    helpers = (
+        "from qosflow_trainer import allowed_cpus, install_checkpoint_handler, report_progress"
+    )
+    _run(
+        [str(path / "bin" / "python"), "-c", f"{helpers}; print(allowed_cpus())"], tmp_path, env, 60
+    )
 
 
 def test_the_wheel_holds_the_example_dags_the_tables_and_the_licences(wheel: Path) -> None:

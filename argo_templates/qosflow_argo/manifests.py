@@ -66,7 +66,7 @@ PARAMETERS: dict[str, str] = {
     "units": "1",
     "memory": "2Gi",
     "image": "python:3.11-slim",
-    "command": "python -m qosflow.trainer",
+    "command": "python -m qosflow_trainer",
     "checkpoint_dir": "/var/lib/qosflow/checkpoints",
     "checkpoint_every": "500",
     "seed": "0",

@@ -53,7 +53,7 @@ def measure_pods(
                 priority_class="qosflow-normal",
                 priority=0,
                 image=image,
-                command=("python", "-m", "qosflow.trainer", "--width", str(width)),
+                command=("python", "-m", "qosflow_trainer", "--width", str(width)),
                 memory_per_unit="1Gi",
                 deadline=time.time() + 600,
                 checkpoint_dir=f"{checkpoint_root}/{job}",

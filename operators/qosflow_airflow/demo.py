@@ -88,7 +88,7 @@ def trainer_rate(width: int, seconds: float = 8.0, cpus: int = 1, skip: float = 
     with tempfile.TemporaryDirectory() as tmp:
         progress = Path(tmp) / "progress"
         cmd = [
-            sys.executable, "-m", "qosflow.trainer", "--total-steps", "100000",
+            sys.executable, "-m", "qosflow_trainer", "--total-steps", "100000",
             "--width", str(width), "--checkpoint-every", "0",
             "--checkpoint-dir", tmp, "--progress-file", str(progress),
         ]  # fmt: skip

@@ -6,7 +6,7 @@ Packages, each a layer (import contracts check them in ``make check``):
 * :mod:`qosflow.store` — the history store and the promise ledger (SQLAlchemy);
 * :mod:`qosflow.sim` — the simulator, its trace loaders, baselines and the upper bound;
 * :mod:`qosflow.local` — the embedded local cluster (emulated Argo Server + Kubernetes API);
-* :mod:`qosflow.trainer` — the reference trainer and the helper API for training loops;
+* :mod:`qosflow_trainer` — the reference trainer and the helper API for training loops;
 * :mod:`qosflow.cli` — the ``qosflow`` command.
 
 It never imports airflow; the Argo client (``qosflow_argo``) and the Airflow provider

@@ -79,7 +79,7 @@ def _job(name, steps, deadline, rate=None, **over):
         "checkpoint_every_steps": 20,
         "margin_seconds": 5,
         "dwell_seconds": 8,
-        "command": ["python", "-m", "qosflow.trainer", "--width", str(WIDTH)],
+        "command": ["python", "-m", "qosflow_trainer", "--width", str(WIDTH)],
     }
     data.update(over)
     return data

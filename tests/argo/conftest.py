@@ -117,7 +117,7 @@ class Target:
             priority=10,
             image=os.environ.get("QOSFLOW_TEST_IMAGE", "python:3.11-slim"),
             command=tuple(
-                os.environ.get("QOSFLOW_TEST_COMMAND", "python -m qosflow.trainer").split()
+                os.environ.get("QOSFLOW_TEST_COMMAND", "python -m qosflow_trainer").split()
             ),
             memory_per_unit="256Mi",
             deadline=now + 3600,

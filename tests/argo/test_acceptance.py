@@ -66,7 +66,7 @@ def segment(
         priority_class="qosflow-normal",
         priority=0,
         image="local",
-        command=("python", "-m", "qosflow.trainer", *options),
+        command=("python", "-m", "qosflow_trainer", *options),
         memory_per_unit="256Mi",
         deadline=time.time() + 3600,
         checkpoint_dir=str(ckpt),
@@ -171,7 +171,7 @@ def test_in_place_resize_raises_the_step_rate(cluster: ArgoCluster, tmp_path: Pa
     # the trainer's default model (batch 1024, width 512: ~120 ms a step on one CPU), as in
     # bench/trainer_bench.py; the SMALL model's ~20 ms steps are dominated by dispatch overhead
     req = segment("rate", 0, 1, tmp_path / "ckpt", resume=False, total=100_000)
-    trainer = ("python", "-m", "qosflow.trainer", "--cpu-check-every", "2", "--log-every", "1")
+    trainer = ("python", "-m", "qosflow_trainer", "--cpu-check-every", "2", "--log-every", "1")
     req = replace(req, command=trainer)
     first = cluster.submit(req)
     running = wait(cluster, first.name, lambda s: (s.steps_done or 0) >= 10 and s.pod_name)

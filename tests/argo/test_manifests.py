@@ -29,7 +29,7 @@ def request(**over: object) -> SubmitRequest:
         priority_class="qosflow-high",
         priority=1234,
         image="ghcr.io/acme/trainer:1",
-        command=("python", "-m", "qosflow.trainer", "--width", "64"),
+        command=("python", "-m", "qosflow_trainer", "--width", "64"),
         memory_per_unit="512Mi",
         deadline=1_800_000_000.0,
         checkpoint_dir="/ckpt/resnet",
@@ -249,7 +249,7 @@ def test_segment_workflow_references_the_template_with_its_arguments() -> None:
     assert spec["priority"] == 1234 and spec["podPriorityClassName"] == "qosflow-high"
     args = {p["name"]: p["value"] for p in spec["arguments"]["parameters"]}
     assert args["units"] == "3" and args["memory"] == "1536Mi" and args["resume"] == "true"
-    assert args["command"] == "python -m qosflow.trainer --width 64"
+    assert args["command"] == "python -m qosflow_trainer --width 64"
     assert "entrypoint" not in spec
 
 

@@ -22,7 +22,7 @@ SMALL = {"QOSFLOW_WIDTH": "64", "QOSFLOW_DEPTH": "1", "QOSFLOW_INPUT_DIM": "16"}
 def test_a_trainer_pod_reports_usage_in_its_log_and_the_client_reads_it(tmp_path: Path) -> None:
     with LocalCluster(cpus=2, state_dir=tmp_path / "state", progress_tick_s=0.1) as cluster:
         argo, kube = Api(cluster.argo_url, cluster.token), Api(cluster.kube_url, cluster.token)
-        body = container_wf("usage", command=[sys.executable, "-m", "qosflow.trainer"], steps=0)
+        body = container_wf("usage", command=[sys.executable, "-m", "qosflow_trainer"], steps=0)
         container = body["workflow"]["spec"]["templates"][0]["container"]
         container["env"] = [
             {"name": k, "value": v}

@@ -25,7 +25,7 @@ SMALL = {
 
 
 class Trainer:
-    """A real `python -m qosflow.trainer` process with its stderr events on a queue."""
+    """A real `python -m qosflow_trainer` process with its stderr events on a queue."""
 
     def __init__(self, env: dict[str, str], args: list[str], cpus: set[int] | None) -> None:
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("QOSFLOW_")}
@@ -37,7 +37,7 @@ class Trainer:
                 os.sched_setaffinity(0, cpus)
 
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "qosflow.trainer", *args],
+            [sys.executable, "-m", "qosflow_trainer", *args],
             env=full_env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qosflow.trainer.checkpoint import (
+from qosflow_trainer.checkpoint import (
     MAGIC,
     STALE_TEMP_AGE_S,
     CheckpointStore,
@@ -17,7 +17,7 @@ from qosflow.trainer.checkpoint import (
     encode,
     pid_alive,
 )
-from qosflow.trainer.errors import TrainerError
+from qosflow_trainer.errors import TrainerError
 
 ARRAYS = {"w0": np.arange(12.0).reshape(3, 4), "b0": np.array([1.5, -2.0])}
 BLOB = encode(7, ARRAYS, {"seed": 3})

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from threadpoolctl import ThreadpoolController
 
-from qosflow.trainer import allowed_cpus
-from qosflow.trainer.cpus import CpuFollower, cgroup_cpu_limit, own_cpu_max_files
+from qosflow_trainer import allowed_cpus
+from qosflow_trainer.cpus import CpuFollower, cgroup_cpu_limit, own_cpu_max_files
 
 
 def _file(tmp_path: Path, text: str, name: str = "cpu.max") -> Path:

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from qosflow.trainer.__main__ import main
-from qosflow.trainer.config import TrainerConfig, parse_config
-from qosflow.trainer.errors import TrainerError
-from qosflow.trainer.job import TrainingJob
-from qosflow.trainer.model import ModelShape, Task, init_params, loss, sgd_step
+from qosflow_trainer.__main__ import main
+from qosflow_trainer.config import TrainerConfig, parse_config
+from qosflow_trainer.errors import TrainerError
+from qosflow_trainer.job import TrainingJob
+from qosflow_trainer.model import ModelShape, Task, init_params, loss, sgd_step
 
 ENV = {
     "QOSFLOW_WIDTH": "64",

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from qosflow.trainer import EXIT_CHECKPOINTED, install_checkpoint_handler
+from qosflow_trainer import EXIT_CHECKPOINTED, install_checkpoint_handler
 
 
 @pytest.fixture(autouse=True)

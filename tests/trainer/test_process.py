@@ -1,4 +1,4 @@
-"""Real `python -m qosflow.trainer` processes: progress, SIGTERM, resume, torn files, threads."""
+"""Real `python -m qosflow_trainer` processes: progress, SIGTERM, resume, torn files, threads."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from qosflow.trainer.progress import parse_progress
+from qosflow_trainer.progress import parse_progress
 
 pytestmark = pytest.mark.slow
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from qosflow.trainer import report_progress
-from qosflow.trainer.errors import TrainerError
-from qosflow.trainer.progress import ProgressFile, format_progress, parse_progress, write_progress
+from qosflow_trainer import report_progress
+from qosflow_trainer.errors import TrainerError
+from qosflow_trainer.progress import ProgressFile, format_progress, parse_progress, write_progress
 
 
 class FakeClock:

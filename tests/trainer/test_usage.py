@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from qosflow.core.usage import parse_usage, share_between
-from qosflow.trainer.usage import UsageMeter, cgroup_throttled_s
+from qosflow_trainer.usage import UsageMeter, cgroup_throttled_s
 
 
 def fake_tasks(root: Path, threads: dict[int, tuple[int, int]]) -> None:

@@ -4,8 +4,8 @@ import threading
 
 import numpy as np
 
-from qosflow.trainer.model import ModelShape, Task, init_params, sgd_step, train_step
-from qosflow.trainer.workers import WorkerPool
+from qosflow_trainer.model import ModelShape, Task, init_params, sgd_step, train_step
+from qosflow_trainer.workers import WorkerPool
 
 
 def test_pool_keeps_order_and_resizes() -> None:

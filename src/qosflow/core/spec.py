@@ -249,7 +249,7 @@ class JobModel(_Strict):
     margin_seconds: Seconds = Field(default=30.0, ge=0, allow_inf_nan=False)
     dwell_seconds: Seconds = Field(default=60.0, ge=0, allow_inf_nan=False)
     image: str = Field(default="python:3.11-slim", min_length=1)
-    command: list[str] = Field(default_factory=lambda: ["python", "-m", "qosflow.trainer"])
+    command: list[str] = Field(default_factory=lambda: ["python", "-m", "qosflow_trainer"])
     step_seconds_estimate: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
 
     @field_validator("name")

@@ -3,7 +3,7 @@
 Progress (``N/M``) says how fast a job went; it does not say whether the job could use the units
 it was given. On a busy host (or a node whose other pods burst, or a CPU limit that throttles) a
 job at 2 CPUs may get barely more than one, and a fit that takes that window at face value learns
-that 2 CPUs are no faster than 1. So the training side (``qosflow.trainer``'s helpers, called
+that 2 CPUs are no faster than 1. So the training side (``qosflow_trainer``'s helpers, called
 from any training loop) writes, every few seconds, one JSON line to its standard error, which the
 container runtime keeps as the pod's log::
 
@@ -25,7 +25,7 @@ share over the interval before it (:func:`share_between`); the speed fit leaves 
 which the job got less than :data:`qosflow.core.windows.CLEAN_SHARE` of it.
 
 This module is the contract only (pure: parsing and arithmetic); the reading of ``/proc`` is in
-:mod:`qosflow.trainer.usage`.
+:mod:`qosflow_trainer.usage`.
 """
 
 from __future__ import annotations

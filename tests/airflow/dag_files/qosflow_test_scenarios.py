@@ -37,7 +37,7 @@ with DAG(
             "step_seconds_estimate": "{{ params.step_s }}",
             "margin_seconds": 5,
             "dwell_seconds": 8,
-            "command": ["python", "-m", "qosflow.trainer", "--width={{ params.width }}"],
+            "command": ["python", "-m", "qosflow_trainer", "--width={{ params.width }}"],
         },
         rounds=3,
         initial_units="{{ params.initial_units }}",

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qosflow.trainer.errors import TrainerError
+from qosflow_trainer.errors import TrainerError
 
 MAGIC = b"QOSFLOWCKPT1\n"
 SUFFIX = ".qfck"

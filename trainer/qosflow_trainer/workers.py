@@ -7,7 +7,7 @@ spinning, and a descheduled worker stalls the whole product. With the batch cut 
 shards, each computed with single-threaded BLAS by a plain thread pool (idle threads sleep instead
 of spinning), 2 threads stayed at 0.94-1.11x of 1 thread under the same load, used about the same
 CPU time per step as 1 thread (no coordination waste), and the result no longer depends on the
-thread count at all (see :func:`qosflow.trainer.model.train_step`). numpy releases the GIL inside matrix products and
+thread count at all (see :func:`qosflow_trainer.model.train_step`). numpy releases the GIL inside matrix products and
 element-wise loops, so the threads really run in parallel.
 
 Threads are created by the thread that calls :meth:`WorkerPool.resize` (the main thread), so they

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from qosflow.trainer.cpus import CGROUP_ROOT, PROC_CGROUP, allowed_cpus
+from qosflow_trainer.cpus import CGROUP_ROOT, PROC_CGROUP, allowed_cpus
 
 INTERVAL_ENV = "QOSFLOW_USAGE_INTERVAL"
 """Seconds between two usage lines (default :data:`DEFAULT_INTERVAL_S`; 0 turns them off)."""

@@ -1,4 +1,4 @@
-"""``python -m qosflow.trainer``: the qosflow reference training job.
+"""``python -m qosflow_trainer``: the qosflow reference training job.
 
 Options come from flags or, for an Argo template, from environment variables (``--help`` lists
 both): ``QOSFLOW_TOTAL_STEPS``, ``QOSFLOW_BATCH_SIZE``, ``QOSFLOW_SEED``,
@@ -23,10 +23,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from qosflow.trainer.config import parse_config
-from qosflow.trainer.errors import TrainerError
-from qosflow.trainer.job import TrainingJob
-from qosflow.trainer.preemption import EXIT_USAGE
+from qosflow_trainer.cpus import BLAS_THREAD_VARIABLES
+
+# One BLAS thread per worker thread (qosflow_trainer.workers): set before numpy loads its BLAS, so
+# the limit holds without threadpoolctl too. A value the caller set wins.
+for _variable in BLAS_THREAD_VARIABLES:
+    os.environ.setdefault(_variable, "1")
+
+from qosflow_trainer.config import parse_config  # noqa: E402 - after the BLAS variables
+from qosflow_trainer.errors import TrainerError  # noqa: E402
+from qosflow_trainer.job import TrainingJob  # noqa: E402
+from qosflow_trainer.preemption import EXIT_USAGE  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> int:

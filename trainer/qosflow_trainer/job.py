@@ -11,7 +11,7 @@ Output contract (stable: the local cluster, the Argo templates and the tests rel
   writers, removed at start), ``start``, ``resume`` (with skipped corrupt files),
   ``threads`` (whenever the thread pool is resized), ``checkpoint``, ``step`` every
   ``log_every`` steps and, while a progress file is set, ``usage`` every few seconds (the CPU
-  time the process got against the time it waited for a CPU: :mod:`qosflow.trainer.usage`).
+  time the process got against the time it waited for a CPU: :mod:`qosflow_trainer.usage`).
 """
 
 from __future__ import annotations
@@ -25,19 +25,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from threadpoolctl import ThreadpoolController
-
-from qosflow.trainer.checkpoint import CheckpointStore
-from qosflow.trainer.config import TrainerConfig
-from qosflow.trainer.cpus import CpuFollower
-from qosflow.trainer.errors import TrainerError
-from qosflow.trainer.model import Params, Task, init_params, loss, train_step
-from qosflow.trainer.preemption import EXIT_CHECKPOINTED, EXIT_OK, install_checkpoint_handler
-from qosflow.trainer.progress import ProgressFile
-from qosflow.trainer.usage import UsageMeter
-from qosflow.trainer.workers import WorkerPool
+from qosflow_trainer.checkpoint import CheckpointStore
+from qosflow_trainer.config import TrainerConfig
+from qosflow_trainer.cpus import CpuFollower
+from qosflow_trainer.errors import TrainerError
+from qosflow_trainer.model import Params, Task, init_params, loss, train_step
+from qosflow_trainer.preemption import EXIT_CHECKPOINTED, EXIT_OK, install_checkpoint_handler
+from qosflow_trainer.progress import ProgressFile
+from qosflow_trainer.usage import UsageMeter
+from qosflow_trainer.workers import WorkerPool
 
 RESULT_FILE = "result.json"
+
+
+def one_blas_thread() -> Any:
+    """Limit the loaded BLAS/OpenMP pools to one thread each; their threadpoolctl controller.
+
+    ``None`` without threadpoolctl (``qosflow-trainer`` depends on numpy only): the limit then
+    comes from :data:`qosflow_trainer.cpus.BLAS_THREAD_VARIABLES`, which ``python -m
+    qosflow_trainer`` sets before numpy loads.
+    """
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:
+        return None
+    controller = ThreadpoolController()
+    controller.limit(limits=1)
+    return controller
 
 
 def emit(stream: TextIO, event: str, **fields: Any) -> None:
@@ -79,8 +93,7 @@ class TrainingJob:
         self.task = Task(config.shape, config.seed)
         self._progress_failed = False
         self.workers = WorkerPool(1)
-        blas = ThreadpoolController()
-        blas.limit(limits=1)  # one BLAS thread per worker: see qosflow.trainer.workers
+        blas = one_blas_thread()  # one BLAS thread per worker: see qosflow_trainer.workers
         self.follower = CpuFollower(
             cpu_max=config.cgroup_cpu_max, controller=blas, apply=self.workers.resize
         )

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from qosflow.trainer.errors import TrainerError
-from qosflow.trainer.usage import UsageMeter
+from qosflow_trainer.errors import TrainerError
+from qosflow_trainer.usage import UsageMeter
 
 PROGRESS_ENV = "ARGO_PROGRESS_FILE"
 _PROGRESS = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
@@ -183,7 +183,7 @@ def report_progress(
     Writes ``done/total`` atomically to ``path`` (default: ``$ARGO_PROGRESS_FILE``; nothing happens
     when neither is set). Writes at most every ``min_interval`` seconds, except that the first
     value, 0 and ``total`` are always written. While it reports to a file it also writes a usage
-    line to standard error every few seconds (:class:`~qosflow.trainer.usage.UsageMeter`): how
+    line to standard error every few seconds (:class:`~qosflow_trainer.usage.UsageMeter`): how
     much of its CPU allocation the process got, so a size is not judged by a window in which
     something else held its CPUs.
 

@@ -1,6 +1,8 @@
 """The qosflow reference trainer and a tiny helper API for users' own training loops.
 
-``python -m qosflow.trainer`` runs the reference job (see :mod:`qosflow.trainer.__main__`). The
+Its own small distribution, ``qosflow-trainer`` (built from ``trainer/`` of the qosflow
+repository; it depends on numpy only and imports nothing else of qosflow), so a team adds it to
+its own training image without the scheduler's dependencies. ``python -m qosflow_trainer`` runs the reference job (see :mod:`qosflow_trainer.__main__`). The
 helpers let any training loop behave the way qosflow needs:
 
 * :func:`report_progress` — write ``N/M`` to ``$ARGO_PROGRESS_FILE`` (atomic, rate-limited);
@@ -12,18 +14,22 @@ helpers let any training loop behave the way qosflow needs:
 
 from __future__ import annotations
 
-from qosflow.trainer.cpus import CpuFollower, allowed_cpus
-from qosflow.trainer.preemption import (
+from qosflow_trainer.cpus import CpuFollower, allowed_cpus
+from qosflow_trainer.preemption import (
     EXIT_CHECKPOINTED,
     CheckpointHandler,
     install_checkpoint_handler,
 )
-from qosflow.trainer.progress import report_progress
+from qosflow_trainer.progress import report_progress
+
+__version__ = "0.1.0"
+"""Kept equal to ``qosflow.__version__`` (a test checks it)."""
 
 __all__ = [
     "EXIT_CHECKPOINTED",
     "CheckpointHandler",
     "CpuFollower",
+    "__version__",
     "allowed_cpus",
     "install_checkpoint_handler",
     "report_progress",

@@ -27,9 +27,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # loaded only when a follower is built: `import qosflow.trainer` stays light
+if TYPE_CHECKING:  # loaded only when a follower is built: `import qosflow_trainer` stays light
     from threadpoolctl import ThreadpoolController
 
+BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""Read by the BLAS/OpenMP libraries when numpy loads them (``python -m qosflow_trainer`` sets
+them to 1, so the limit holds without threadpoolctl)."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_CGROUP = Path("/proc/self/cgroup")
 
@@ -126,9 +129,14 @@ class CpuFollower:
     Args:
         cpu_max: Passed to :func:`allowed_cpus`.
         reader: Replaces :func:`allowed_cpus` entirely (tests).
-        controller: threadpoolctl controller (default: one over the loaded libraries).
+        controller: threadpoolctl controller (default: one over the loaded libraries, built
+            only when ``apply`` is not given; needs ``pip install 'qosflow-trainer[threads]'``).
         apply: Called with the new thread count (default: limit the BLAS/OpenMP pools of
             ``controller`` to it).
+
+    Raises:
+        ImportError: Neither ``apply`` nor ``controller`` given and threadpoolctl is missing
+            (the message says how to install it).
     """
 
     def __init__(
@@ -140,12 +148,17 @@ class CpuFollower:
         apply: Callable[[int], object] | None = None,
     ) -> None:
         self._reader = reader or (lambda: allowed_cpus(cpu_max=cpu_max))
-        if controller is None:
-            from threadpoolctl import ThreadpoolController
-
+        if controller is None and apply is None:
+            try:
+                from threadpoolctl import ThreadpoolController
+            except ImportError:
+                raise ImportError(
+                    "CpuFollower resizes BLAS/OpenMP pools through threadpoolctl: "
+                    "pip install 'qosflow-trainer[threads]', or pass apply= to resize your own pool"
+                ) from None
             controller = ThreadpoolController()
         self._controller = controller
-        self._apply = apply or (lambda n: self._controller.limit(limits=n))
+        self._apply = apply or self._limit_blas
         self._mask: frozenset[int] = frozenset(os.sched_getaffinity(0))
         self.threads = 0
 
@@ -166,8 +179,17 @@ class CpuFollower:
         self.threads = wanted
         return wanted
 
+    def _limit_blas(self, threads: int) -> None:
+        if self._controller is not None:
+            self._controller.limit(limits=threads)
+
     def pool_sizes(self) -> dict[str, int]:
-        """Current thread count of each loaded BLAS/OpenMP pool, by library file name."""
+        """Current thread count of each loaded BLAS/OpenMP pool, by library file name.
+
+        ``{}`` when the follower has no threadpoolctl controller.
+        """
+        if self._controller is None:
+            return {}
         return {
             Path(str(info["filepath"])).name: int(info["num_threads"])
             for info in self._controller.info()

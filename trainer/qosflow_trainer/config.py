@@ -1,24 +1,23 @@
-"""Command line and environment of ``python -m qosflow.trainer``.
+"""Command line and environment of ``python -m qosflow_trainer``.
 
 Every option defaults from an environment variable, so an Argo template can configure the trainer
-with ``env`` alone; a command-line flag wins over the variable. Values are validated by a pydantic
-model and any bad value becomes a :class:`~qosflow.trainer.errors.TrainerError` naming the option and its
-variable.
+with ``env`` alone; a command-line flag wins over the variable. Each value is checked against its
+option's rule (the trainer depends on numpy only, so no pydantic here) and any bad value becomes a
+:class:`~qosflow_trainer.errors.TrainerError` naming the option and its variable.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-from qosflow.trainer.errors import TrainerError
-from qosflow.trainer.model import ModelShape
-from qosflow.trainer.progress import PROGRESS_ENV
+from qosflow_trainer.errors import TrainerError
+from qosflow_trainer.model import ModelShape
+from qosflow_trainer.progress import PROGRESS_ENV
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,29 +63,50 @@ _RESUME_WORDS = {
     "no": "false",
     "off": "false",
 }
+Resume = Literal["auto", "true", "false"]
 
 
-class TrainerConfig(BaseModel):
-    """Validated trainer configuration."""
+@dataclass(frozen=True, slots=True)
+class TrainerConfig:
+    """Validated trainer configuration (build it with :func:`parse_config` or :meth:`of`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    total_steps: int = Field(ge=1)
-    batch_size: int = Field(ge=1)
-    seed: int = Field(ge=0)
+    total_steps: int
+    batch_size: int
+    seed: int
     checkpoint_dir: Path
-    checkpoint_every: int = Field(ge=0)
-    resume: Literal["auto", "true", "false"]
-    width: int = Field(ge=1)
-    depth: int = Field(ge=1)
-    input_dim: int = Field(ge=1)
-    lr: float = Field(gt=0.0)
-    shards: int = Field(ge=1)
-    cpu_check_every: int = Field(ge=1)
-    keep_checkpoints: int = Field(ge=1)
-    log_every: int = Field(ge=0)
+    checkpoint_every: int
+    resume: Resume
+    width: int
+    depth: int
+    input_dim: int
+    lr: float
+    shards: int
+    cpu_check_every: int
+    keep_checkpoints: int
+    log_every: int
     progress_file: Path | None = None
     cgroup_cpu_max: Path | None = None
+
+    @classmethod
+    def of(cls, **raw: Any) -> TrainerConfig:
+        """Check every value against its rule (strings are parsed) and build the config.
+
+        Raises:
+            TrainerError: Naming the option and its variable, for the first invalid value.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise TrainerError(unknown[0], "is not a trainer option")
+        values: dict[str, Any] = {}
+        for name in sorted(known):
+            if name not in raw or raw[name] is None:
+                if name in ("progress_file", "cgroup_cpu_max"):
+                    values[name] = None
+                    continue
+                raise TrainerError(_label(name), "is required")
+            values[name] = _check(name, raw[name])
+        return cls(**values)
 
     @property
     def shape(self) -> ModelShape:
@@ -105,10 +125,80 @@ class TrainerConfig(BaseModel):
         }
 
 
+def _integer(low: int) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        if isinstance(value, bool):
+            raise ValueError("must be an integer, not a boolean")
+        try:
+            number = int(str(value).strip()) if not isinstance(value, int) else value
+        except ValueError:
+            raise ValueError("must be an integer") from None
+        if number < low:
+            raise ValueError(f"must be >= {low}")
+        return number
+
+    return parse
+
+
+def _positive_float(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("must be a number") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError("must be a finite number > 0")
+    return number
+
+
+def _resume(value: Any) -> str:
+    if value not in ("auto", "true", "false"):
+        raise ValueError("must be one of auto, true, false")
+    return str(value)
+
+
+def _path(value: Any) -> Path:
+    text = str(value)
+    if not text.strip():
+        raise ValueError("must be a non-empty path")
+    return Path(text)
+
+
+_RULES: dict[str, Callable[[Any], Any]] = {
+    "total_steps": _integer(1),
+    "batch_size": _integer(1),
+    "seed": _integer(0),
+    "checkpoint_dir": _path,
+    "checkpoint_every": _integer(0),
+    "resume": _resume,
+    "width": _integer(1),
+    "depth": _integer(1),
+    "input_dim": _integer(1),
+    "lr": _positive_float,
+    "shards": _integer(1),
+    "cpu_check_every": _integer(1),
+    "keep_checkpoints": _integer(1),
+    "log_every": _integer(0),
+    "progress_file": _path,
+    "cgroup_cpu_max": _path,
+}
+
+
+def _label(name: str) -> str:
+    env = next((o.env for o in OPTIONS if o.name == name), "")
+    return f"{name} ({env})" if env else name
+
+
+def _check(name: str, value: Any) -> Any:
+    try:
+        return _RULES[name](value)
+    except ValueError as exc:
+        raise TrainerError(_label(name), f"{exc} (got {value!r})") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser (defaults are applied later, from the environment)."""
     parser = argparse.ArgumentParser(
-        prog="python -m qosflow.trainer",
+        prog="python -m qosflow_trainer",
         description="qosflow reference trainer: numpy MLP on seeded synthetic data.",
         epilog="Exit codes: 0 done, 1 error, 2 bad configuration, 75 checkpointed on SIGTERM.",
     )
@@ -141,11 +231,4 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> TrainerConf
                 value = value.strip().lower()
                 value = _RESUME_WORDS.get(value, value)
             raw[opt.name] = value
-    try:
-        return TrainerConfig.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        name = str(err["loc"][0]) if err["loc"] else ""
-        env = next((o.env for o in OPTIONS if o.name == name), "")
-        got = raw.get(name)
-        raise TrainerError(f"{name} ({env})", f"{err['msg']} (got {got!r})") from None
+    return TrainerConfig.of(**raw)
