@@ -17,7 +17,7 @@ from typing import Any
 from qosflow.local.clock import Clock
 from qosflow.local.errors import LocalClusterError
 from qosflow.local.names import pod_dir
-from qosflow.local.node import NODE_NAME, Node
+from qosflow.local.node import NODE_LABELS, NODE_NAME, Node
 from qosflow.local.patch import apply_patch
 from qosflow.local.priority_classes import PriorityClassApi
 from qosflow.local.query import field_selector, int_param, label_selector, page
@@ -139,7 +139,7 @@ class KubeApi:
                 "name": NODE_NAME,
                 "uid": "00000000-0000-4000-8000-000000000001",
                 "resourceVersion": self.store.resource_version,
-                "labels": {"kubernetes.io/hostname": NODE_NAME, "kubernetes.io/os": "linux"},
+                "labels": dict(NODE_LABELS),
             },
             "spec": {},
             "status": {

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+import platform
 import time
 from collections.abc import Callable
 from decimal import Decimal
@@ -44,6 +45,12 @@ from qosflow.local.runner import PodLaunch, PodProcess, Runner
 from qosflow.local.store import Obj, Store
 
 NODE_NAME = "qosflow-local"
+NODE_LABELS = {
+    "kubernetes.io/hostname": NODE_NAME,
+    "kubernetes.io/os": "linux",
+    "kubernetes.io/arch": "amd64" if platform.machine() in ("x86_64", "AMD64") else "arm64",
+}
+"""The one node's labels (nodeSelector and node affinity are matched against them)."""
 LIVE = ("Pending", "Running")
 LOST_MESSAGE = (
     "The container could not be located when the pod was terminated: the local cluster "
