@@ -42,7 +42,8 @@ pytest-k8s36: venv
 	  kubernetes.__version__); sys.exit(not kubernetes.__version__.startswith('36.'))" && \
 	$(UV) run --frozen --all-extras --quiet \
 	  --with 'kubernetes==36.0.3' python -m pytest -q -p no:cacheprovider \
-	  tests/argo/test_client.py tests/argo/test_contract.py tests/argo/test_faults.py
+	  tests/argo/test_client.py tests/argo/test_contract.py tests/argo/test_faults.py \
+	  tests/argo/test_recorded_contract.py
 
 # Build the wheel, install it (with the argo extra) in a clean venv, run the CLI outside the repo
 # (also part of `make test`: tests/test_wheel.py is in the suite).

@@ -94,6 +94,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 TEMPLATES = REPO / "argo_templates"
 NS = "qosflow"
+CLAIM = "qosflow-checkpoints"
+"""The checkpoint claim every campaign cluster gets (``ensure_installed(checkpoint_claim=...)``)."""
+CHECKPOINT_VOLUME, CHECKPOINT_PATH = "ckpt", "/ckpt"
+IMAGE = "qosflow-trainer:local"
 WORKFLOWS = f"/api/v1/workflows/{NS}"
 PODS = f"/api/v1/namespaces/{NS}/pods"
 WF_LABEL = "workflows.argoproj.io/workflow"
@@ -345,6 +349,7 @@ def argo_client(info: dict[str, Any], **kwargs: Any) -> Any:
 def submit_request(job: str, **over: Any) -> Any:
     """A SubmitRequest of the reference trainer (small sizes), deadline in one hour."""
     from qosflow.core.cluster import SubmitRequest
+    from qosflow.core.pod import Checkpoint
 
     base = SubmitRequest(
         job=job,
@@ -355,14 +360,24 @@ def submit_request(job: str, **over: Any) -> Any:
         resume=False,
         priority_class="qosflow-normal",
         priority=10,
-        image="python:3.11-slim",
+        image=IMAGE,
         command=("python", "-m", "qosflow_trainer", *SMALL_TRAINER),
         memory_per_unit="256Mi",
         deadline=time.time() + 3600,
-        checkpoint_dir=f"/tmp/qosflow-campaign/{job}",
+        checkpoint_dir=f"{CHECKPOINT_PATH}/{job}",
         checkpoint_every_steps=5,
+        pod=checkpoint_pod(),
+        checkpoint=Checkpoint(CHECKPOINT_VOLUME, CHECKPOINT_PATH),
     )
     return replace(base, **over)
+
+
+def checkpoint_pod() -> Any:
+    """Pod settings that mount the campaign's checkpoint claim (a pod's own disk is lost)."""
+    from qosflow.core.pod import PodSettings
+
+    claim = {"claimName": CLAIM}
+    return PodSettings(volumes=({"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": claim},))
 
 
 def pod_processes(state: Path) -> list[int]:
@@ -537,7 +552,7 @@ def _long_failure(template: str | None) -> tuple[int, str, float]:
     ):
         options: dict[str, Any] = {"clock": clock.now, "sleep": clock.advance}
         cluster = ArgoCluster.from_local(local, **options)
-        cluster.ensure_installed()
+        cluster.ensure_installed(checkpoint_claim=CLAIM)
         if template is not None:  # a control copy whose retries stop after 5 minutes
             doc = manifests.workflow_template()
             doc["metadata"]["name"] = template
@@ -630,18 +645,22 @@ def count_duplicates(workflows: list[dict[str, Any]]) -> tuple[int, int]:
 CLIENT = """
 import os, sys
 from qosflow.core.cluster import SubmitRequest
+from qosflow.core.pod import Checkpoint, PodSettings
 from qosflow_argo import ArgoCluster
 argo, kube, deadline, *jobs = sys.argv[1:]
 cluster = ArgoCluster(argo, token=os.environ["CAMPAIGN_TOKEN"], namespace="qosflow", kube_url=kube)
+pod = PodSettings(volumes=({"name": "ckpt", "persistentVolumeClaim": {"claimName": "{claim}"}},))
 for job in jobs:
     cluster.submit(SubmitRequest(
         job=job, segment=0, units=1, unit="cpu", total_steps=10**6, resume=False,
-        priority_class="qosflow-normal", priority=10, image="python:3.11-slim",
+        priority_class="qosflow-normal", priority=10, image="qosflow-trainer:local",
         command=("python", "-m", "qosflow_trainer", {small}), memory_per_unit="256Mi",
-        deadline=float(deadline), checkpoint_dir="/tmp/qosflow-campaign/" + job,
-        checkpoint_every_steps=5))
+        deadline=float(deadline), checkpoint_dir="/ckpt/" + job,
+        checkpoint_every_steps=5, pod=pod, checkpoint=Checkpoint("ckpt", "/ckpt")))
     print("submitted", job, flush=True)
-""".replace("{small}", ", ".join(repr(a) for a in SMALL_TRAINER))
+""".replace("{small}", ", ".join(repr(a) for a in SMALL_TRAINER)).replace(
+    "{claim}", "qosflow-checkpoints"
+)
 """A client process submitting segments (the storm SIGKILLs it while a create is in flight)."""
 
 
@@ -747,7 +766,7 @@ def scenario_storm(c: Campaign) -> None:
     with LocalCluster(
         cpus=2, state_dir=c.folder("storm"), token=c.token, runner=ScriptedRunner(), faults=plan
     ) as local:
-        ArgoCluster.from_local(local).ensure_installed()
+        ArgoCluster.from_local(local).ensure_installed(checkpoint_claim=CLAIM)
         submitted, errors = _thread_storm(local, reqs, threads)
         fired = sum(plan.fired)
         c.log(f"storm: {threads} threads done")
@@ -1357,13 +1376,13 @@ def scenario_trainer(c: Campaign) -> None:
 # ============================================================================ server restarts
 
 
-def _segment(job: str, steps: int, every: int, ckpt: Path) -> Any:
+def _segment(job: str, steps: int, every: int) -> Any:
     command = ("python", "-m", "qosflow_trainer", *SMALL_TRAINER, "--log-every", "1")
     return submit_request(
         job,
         total_steps=steps,
         checkpoint_every_steps=every,
-        checkpoint_dir=str(ckpt / job),
+        checkpoint_dir=f"{CHECKPOINT_PATH}/{job}",
         command=command,
         resume=False,
     )
@@ -1414,13 +1433,12 @@ def _restart_once(
     the long one's container is SIGKILLed: the template's retry resumes it) and both must end
     Succeeded.
     """
-    folder = state.parent
-    long_ = _segment("keep", 2500, every, folder)
-    short = _segment("done", 600, every, folder)
+    long_ = _segment("keep", 2500, every)
+    short = _segment("done", 600, every)
     daemon, info = start_daemon(state, "--progress-tick", "0.2")
     cluster = argo_client(info)
     try:
-        cluster.ensure_installed()
+        cluster.ensure_installed(checkpoint_claim=CLAIM)
         cluster.submit(long_)
         cluster.submit(short)
         wait_for(
@@ -1963,10 +1981,10 @@ def _flow(c: Campaign, local: Any, folder: Path, kwargs_seen: list[Any]) -> dict
     """Re-planned plan + submit, watch and finish of one DAG run on ``local``."""
     from qosflow_argo import ArgoCluster
 
-    ArgoCluster.from_local(local).ensure_installed()
+    ArgoCluster.from_local(local).ensure_installed(checkpoint_claim=CLAIM)
     c.log("airflow: local cluster up, template installed")
     os.environ["AIRFLOW_CONN_QOSFLOW_DEFAULT"] = c.connection(
-        local.argo_url, local.kube_url, {"checkpoint_root": str(folder / "checkpoints")}
+        local.argo_url, local.kube_url, {"checkpoint_claim": CLAIM, "image": IMAGE}
     )
     restore = _serve_history_by_sqlite(c, folder / "history.db")
     try:

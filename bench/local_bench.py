@@ -125,14 +125,23 @@ def _hammer(url: str, token: str, clients: int, per_client: int) -> tuple[list[f
     return latencies, time.perf_counter() - began
 
 
-def _segment(name: str, checkpoints: Path, segment: int, steps: int) -> dict[str, Any]:
+CLAIM = {
+    "apiVersion": "v1",
+    "kind": "PersistentVolumeClaim",
+    "metadata": {"name": "bench-checkpoints"},
+    "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+}
+"""The checkpoints live on a claim both segments mount: a pod's own disk dies with it."""
+
+
+def _segment(name: str, checkpoints: str, segment: int, steps: int) -> dict[str, Any]:
     params = {
         "job": "bench",
         "segment": str(segment),
         "steps": str(steps),
         "units": "1",
         "memory": "256Mi",
-        "checkpoint_dir": str(checkpoints),
+        "checkpoint_dir": checkpoints,
         "checkpoint_every": "1000",
         "resume": "auto",
     }
@@ -142,6 +151,12 @@ def _segment(name: str, checkpoints: Path, segment: int, steps: int) -> dict[str
             "spec": {
                 "workflowTemplateRef": {"name": "qosflow-train"},
                 "arguments": {"parameters": [{"name": k, "value": v} for k, v in params.items()]},
+                "volumes": [
+                    {"name": "ckpt", "persistentVolumeClaim": {"claimName": "bench-checkpoints"}}
+                ],
+                "templateDefaults": {
+                    "container": {"volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}]}
+                },
             },
         }
     }
@@ -171,7 +186,12 @@ def stop_to_resume(steps: int = 2000) -> dict[str, float]:
             json={"template": template},
             timeout=10,
         )
-        checkpoints = Path(tmp) / "ckpt"
+        session.post(
+            f"{cluster.kube_url}/api/v1/namespaces/{NS}/persistentvolumeclaims",
+            json=CLAIM,
+            timeout=10,
+        ).raise_for_status()
+        checkpoints = "/ckpt/bench"
         base = f"{cluster.argo_url}/api/v1/workflows/{NS}"
         session.post(
             base, json=_segment("bench-s0", checkpoints, 0, steps), timeout=10

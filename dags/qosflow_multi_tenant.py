@@ -115,7 +115,7 @@ def measure() -> dict[str, dict[str, Any]]:
     pods = partial(
         measure_pods,
         hook.get_cluster(),
-        checkpoint_root=hook.config.checkpoint_root,
+        defaults=hook.config.defaults,
         width=WIDTH,
     )
     side_by_side = pods((1, 1), seconds=12.0)

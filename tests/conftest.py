@@ -11,6 +11,10 @@ from hypothesis import HealthCheck, settings
 
 DAGS = Path(__file__).resolve().parents[1] / "dags"
 
+# Every exchange qosflow's client makes with the Argo Server and the Kubernetes API is recorded and
+# checked against the published schemas (tests/contract_recorder; QOSFLOW_CONTRACT=off to skip).
+pytest_plugins = ["contract_recorder.plugin"]
+
 # One Hypothesis profile for the whole suite: derandomized (every run tries the same examples, so a
 # failure reproduces), no per-example deadline (CI machines are shared), and the blob to replay.
 settings.register_profile(

@@ -31,9 +31,9 @@ from qosflow.core.cluster import (
     SubmitRequest,
 )
 from qosflow.core.errors import ClusterError, NotFoundError, SpecError
-from qosflow.core.spec import Unit
+from qosflow.core.spec import JobSpec, Unit
 from qosflow.core.usage import UsageReport, usage_in_log
-from qosflow_argo import manifests
+from qosflow_argo import manifests, podspec
 from qosflow_argo.adopt import check_same_submit
 from qosflow_argo.argo_server import ArgoServer
 from qosflow_argo.capacity import free_capacity
@@ -80,6 +80,8 @@ class ArgoCluster:
         poll_s: Interval of the stop and resize waits.
         stop_timeout_s: Longest wait for a stopped workflow to end.
         resize_timeout_s: Longest wait for a resize to be applied.
+        gpu_resource: The extended resource a GPU is on this cluster (``nvidia.com/gpu``,
+            ``amd.com/gpu``...): what GPU jobs request and capacity counts.
     """
 
     def __init__(
@@ -105,9 +107,11 @@ class ArgoCluster:
         poll_s: float = 1.0,
         stop_timeout_s: float = 120.0,
         resize_timeout_s: float = 30.0,
+        gpu_resource: str = manifests.GPU_RESOURCE,
     ) -> None:
         """Build both API clients; no request is sent."""
         self.namespace = namespace
+        self.gpu_resource = podspec.gpu_resource_name(gpu_resource)
         self.template = template
         self.grace_s = grace_s
         self.poll_s = poll_s
@@ -204,7 +208,12 @@ class ArgoCluster:
 
     def capacity(self, unit: Unit) -> Capacity:
         """Node allocatable minus requests of non-terminal pods, per node and in total."""
-        return free_capacity(unit, self.kube.list_nodes(), self.kube.list_active_pods())
+        return free_capacity(
+            unit,
+            self.kube.list_nodes(),
+            self.kube.list_active_pods(),
+            gpu_resource=self.gpu_resource,
+        )
 
     def status(self, name: str) -> JobStatus:
         """Status of one workflow; ``NotFoundError`` when it does not exist."""
@@ -267,13 +276,7 @@ class ArgoCluster:
             ClusterError: The server refused; or the name belongs to another job or another run
                 of it (status 409, not retryable).
         """
-        manifest = manifests.workflow(
-            request,
-            namespace=self.namespace,
-            now=self.now(),
-            grace_s=self.grace_s,
-            template=self.template,
-        )
+        manifest = self.manifest(request)
         check_manifest(manifest)
         try:
             created = self.argo.create_workflow(manifest)
@@ -286,6 +289,35 @@ class ArgoCluster:
             return self._status(existing)
         log.info("submitted %s (%d %s)", request.name, request.units, request.unit)
         return job_status(created)
+
+    def manifest(self, request: SubmitRequest) -> dict[str, Any]:
+        """The Workflow ``submit`` would create for ``request`` (nothing is sent).
+
+        Raises:
+            SpecError: The request makes an invalid manifest, naming the job spec's field.
+        """
+        return manifests.workflow(
+            request,
+            namespace=self.namespace,
+            now=self.now(),
+            grace_s=self.grace_s,
+            template=self.template,
+            gpu_resource=self.gpu_resource,
+        )
+
+    def check_job(self, job: JobSpec, job_id: str) -> dict[str, Any]:
+        """Refuse, before anything is submitted or promised, a job this cluster could not run.
+
+        Renders segment 0's Workflow (:func:`manifests.first_segment`) and checks it: an image,
+        a checkpoint on a persistent volume, pod settings Kubernetes accepts.
+
+        Returns:
+            The Workflow segment 0 would be.
+
+        Raises:
+            SpecError: Naming the job spec's field and why.
+        """
+        return self.manifest(manifests.first_segment(job, job_id))
 
     def stop(self, name: str, *, message: str = "") -> JobStatus:
         """Stop the workflow (SIGTERM → checkpoint → exit) and wait until it has ended.
@@ -390,26 +422,57 @@ class ArgoCluster:
 
     # ------------------------------------------------------------------ install
 
-    def ensure_installed(self, *, dry_run: bool = False) -> dict[str, str]:
-        """Create or update the WorkflowTemplate and the PriorityClass ladder (idempotent).
+    def ensure_installed(
+        self,
+        *,
+        dry_run: bool = False,
+        rbac: bool = False,
+        checkpoint_claim: str | None = None,
+        claim_size: str = "10Gi",
+        claim_access_mode: str = "ReadWriteOnce",
+        storage_class: str | None = None,
+    ) -> dict[str, str]:
+        """Create or update qosflow's install objects (idempotent).
+
+        Always the WorkflowTemplate and the PriorityClass ladder; with ``rbac`` the
+        ServiceAccounts, Roles and bindings of :mod:`qosflow_argo.rbac` (an administrator's token:
+        granting rights needs them); with ``checkpoint_claim`` a PersistentVolumeClaim of that
+        name for the jobs' checkpoints, created when missing
+        (:func:`~qosflow_argo.manifests.checkpoint_claim`).
 
         The runtime account (``argo_templates/rbac.yaml``) may read PriorityClasses and update
         the ladder's, not create them: with the ladder installed (by an administrator,
-        ``kubectl apply -f argo_templates/priority-classes.yaml``) this needs no ``create``.
+        ``qosflow argo install`` or ``kubectl apply -f argo_templates/priority-classes.yaml``)
+        this needs no ``create``.
 
         Args:
             dry_run: Read only; report what an install would do.
+            rbac: Also install the RBAC.
+            checkpoint_claim: Name of the checkpoint claim to ensure.
+            claim_size: Its storage request when it is created.
+            claim_access_mode: Its access mode when it is created.
+            storage_class: Its StorageClass (default: the cluster's default class).
 
         Returns:
-            Object name → ``created`` | ``updated`` | ``unchanged`` (with ``dry_run``:
-            ``would be created`` | ``would be updated`` | ``unchanged``).
+            ``Kind/name`` → ``created`` | ``updated`` | ``unchanged`` (with ``dry_run``:
+            ``would be created`` | ``would be updated`` | ``unchanged``); a claim reports its
+            state (``exists (Bound, 10Gi, ReadWriteOnce)``).
 
         Raises:
             LadderMissing: Ladder classes are missing and this account may not create them; the
                 message names them and the install command.
         """
+        claim = None
+        if checkpoint_claim:
+            claim = manifests.checkpoint_claim(
+                checkpoint_claim,
+                self.namespace,
+                size=claim_size,
+                access_mode=claim_access_mode,
+                storage_class=storage_class,
+            )
         return Installer(self.argo, self.kube, dry_run=dry_run).ensure(
-            self.namespace, self.template
+            self.namespace, self.template, rbac=rbac, claim=claim
         )
 
 

@@ -194,3 +194,9 @@ class ArgoServer:
     def update_template(self, name: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
         """PUT a WorkflowTemplate (``manifest`` carries the current ``resourceVersion``)."""
         return self.request("PUT", self._tpl(name), body={"template": manifest})
+
+    # ------------------------------------------------------------------ server
+
+    def version(self) -> dict[str, Any]:
+        """``GET /api/v1/version``: the server's ``{version, gitCommit, platform, ...}``."""
+        return self.request("GET", "/api/v1/version")

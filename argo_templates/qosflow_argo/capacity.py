@@ -54,10 +54,18 @@ def pod_request(pod: Mapping[str, Any], resource: str) -> Decimal:
 
 
 def free_capacity(
-    unit: Unit, nodes: Sequence[Mapping[str, Any]], pods: Sequence[Mapping[str, Any]]
+    unit: Unit,
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    *,
+    gpu_resource: str = GPU_RESOURCE,
 ) -> Capacity:
-    """Free and total whole units of ``unit`` over schedulable nodes."""
-    resource = RESOURCE[unit]
+    """Free and total whole units of ``unit`` over schedulable nodes.
+
+    A GPU is the extended resource ``gpu_resource`` (``nvidia.com/gpu`` unless the connection
+    names another vendor's), counted from the nodes' allocatable.
+    """
+    resource = gpu_resource if unit == "gpu" else RESOURCE[unit]
     used: dict[str, Decimal] = {}
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")

@@ -91,6 +91,14 @@ def _where(doc: Mapping[str, Any], path: Any) -> str:
     return f"{doc.get('kind', '?')}/{name}" + (f": {dotted}" if dotted else "")
 
 
+def manifest_error(doc: Mapping[str, Any]) -> ValidationError | None:
+    """The first schema error of an Argo manifest (strict, patched ``schema.json``), or ``None``."""
+    kind = doc.get("kind")
+    if kind not in ARGO_KINDS:
+        raise SpecError("kind", f"not an Argo kind (got {kind!r})")
+    return _first_error(argo_validator(str(kind)), doc)
+
+
 def check_manifest(doc: Mapping[str, Any]) -> None:
     """Validate one manifest; raise ``SpecError`` naming the kind, name and field when it is bad.
 

@@ -1,4 +1,4 @@
-"""Installing what qosflow needs on a cluster: the WorkflowTemplate and the PriorityClass ladder.
+"""Installing what qosflow needs on a cluster: template, PriorityClasses, RBAC, checkpoint claim.
 
 Idempotent: an object that already matches is left alone, one that drifted is updated (with its
 current ``resourceVersion``), a missing one is created, and a create that races another installer
@@ -12,6 +12,12 @@ rights (``kubectl apply -f argo_templates/priority-classes.yaml``, or ``ensure_i
 administrator). When the ladder exists, installing needs no ``create``; when a class is missing and
 the account may not create it, :class:`LadderMissing` names every missing class and the command
 that installs them.
+
+The RBAC objects (:mod:`qosflow_argo.rbac`) are installed by ``qosflow argo install`` (an
+administrator's token: granting rights needs rights) and compared on every install: a Role whose
+rules drifted is updated; a binding whose ``roleRef`` differs cannot be (Kubernetes forbids it)
+and is reported with the command that fixes it. The checkpoint claim is created when missing and
+otherwise left alone (its size and class are the storage's business); its state is reported.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from qosflow_argo import manifests
 from qosflow_argo.argo_server import ArgoServer
 from qosflow_argo.contract import check_manifest
 from qosflow_argo.kube import KubeApi
+from qosflow_argo.rbac import rbac as rbac_objects
 
 IMMUTABLE = ("value", "preemptionPolicy")
 INSTALL_LADDER = "kubectl apply -f argo_templates/priority-classes.yaml"
@@ -78,8 +85,22 @@ class Installer:
         self.kube = kube
         self.dry_run = dry_run
 
-    def ensure(self, namespace: str, template_name: str) -> dict[str, str]:
+    def ensure(
+        self,
+        namespace: str,
+        template_name: str,
+        *,
+        rbac: bool = False,
+        claim: dict[str, Any] | None = None,
+    ) -> dict[str, str]:
         """Install or update everything; returns object name → created/updated/unchanged.
+
+        Args:
+            namespace: The namespace of the namespaced objects.
+            template_name: Name of the WorkflowTemplate.
+            rbac: Also the ServiceAccounts, Roles and bindings of :func:`qosflow_argo.rbac.rbac`.
+            claim: A checkpoint PersistentVolumeClaim to create when missing
+                (:func:`manifests.checkpoint_claim`).
 
         Raises:
             LadderMissing: Some ladder classes are missing and this account may not create them
@@ -88,6 +109,12 @@ class Installer:
         result = {
             f"WorkflowTemplate/{template_name}": self.ensure_template(namespace, template_name)
         }
+        if rbac:
+            for doc in rbac_objects(namespace):
+                result[f"{doc['kind']}/{doc['metadata']['name']}"] = self.ensure_object(doc)
+        if claim is not None:
+            name = claim["metadata"]["name"]
+            result[f"PersistentVolumeClaim/{name}"] = self.ensure_claim(claim)
         missing: list[str] = []
         refusal = ""
         for klass in manifests.priority_classes():
@@ -129,6 +156,65 @@ class Installer:
         update["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
         self.argo.update_template(name, update)
         return "updated"
+
+    def ensure_object(self, desired: dict[str, Any]) -> str:
+        """A ServiceAccount, Role or binding: create it, or update it when its content drifted.
+
+        Raises:
+            ClusterError: A binding's ``roleRef`` differs (immutable), or the API refused.
+        """
+        check_manifest(desired)
+        kind, name = desired["kind"], desired["metadata"]["name"]
+        try:
+            existing = self.kube.read_object(kind, name)
+        except NotFoundError:
+            if self.dry_run:
+                return "would be created"
+            try:
+                self.kube.create_object(desired)
+                return "created"
+            except ClusterError as exc:
+                if exc.status != 409:
+                    raise
+            existing = self.kube.read_object(kind, name)
+        content = {k: v for k, v in desired.items() if k not in ("apiVersion", "kind", "metadata")}
+        labels = desired["metadata"].get("labels", {})
+        if covers(existing, content) and covers(existing.get("metadata"), {"labels": labels}):
+            return "unchanged"
+        if "roleRef" in desired and not covers(existing.get("roleRef"), desired["roleRef"]):
+            raise ClusterError(
+                f"{kind} {name} exists with roleRef {existing.get('roleRef')}, qosflow needs "
+                f"{desired['roleRef']}; a roleRef cannot change: delete the binding "
+                f"(`kubectl delete {kind.lower()} {name}`) and install again"
+            )
+        if self.dry_run:
+            return "would be updated"
+        update = copy.deepcopy(desired)
+        update["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+        self.kube.replace_object(update)
+        return "updated"
+
+    def ensure_claim(self, desired: dict[str, Any]) -> str:
+        """The checkpoint claim: created when missing, else its phase, size and access modes."""
+        check_manifest(desired)
+        name = desired["metadata"]["name"]
+        try:
+            existing = self.kube.read_object("PersistentVolumeClaim", name)
+        except NotFoundError:
+            if self.dry_run:
+                return "would be created"
+            created = True
+            try:
+                self.kube.create_object(desired)
+            except ClusterError as exc:
+                if exc.status != 409:
+                    raise
+                created = False
+            # the create answer is the claim before any provisioner bound it: read it again
+            existing = self.kube.read_object("PersistentVolumeClaim", name)
+            if created:
+                return f"created ({claim_state(existing)})"
+        return f"exists ({claim_state(existing)})"
 
     def _create_priority_class(self, desired: dict[str, Any]) -> dict[str, Any] | None:
         """Create it; ``None`` when created, the existing class when another installer won."""
@@ -187,3 +273,13 @@ class Installer:
                 status=FORBIDDEN,
             ) from exc
         return "updated"
+
+
+def claim_state(claim: dict[str, Any]) -> str:
+    """``Bound, 10Gi, ReadWriteOnce`` (phase, capacity or request, access modes) of a claim."""
+    spec, status = claim.get("spec") or {}, claim.get("status") or {}
+    size = (status.get("capacity") or {}).get("storage") or (
+        (spec.get("resources") or {}).get("requests") or {}
+    ).get("storage", "?")
+    modes = ",".join(status.get("accessModes") or spec.get("accessModes") or []) or "?"
+    return f"{status.get('phase') or 'Pending'}, {size}, {modes}"

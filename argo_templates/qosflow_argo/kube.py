@@ -67,6 +67,8 @@ class KubeApi:
         self._scheduling = k8s.SchedulingV1Api(api_client)
         self._custom = k8s.CustomObjectsApi(api_client)
         self._version = k8s.VersionApi(api_client)
+        self._rbac = k8s.RbacAuthorizationV1Api(api_client)
+        self._authz = k8s.AuthorizationV1Api(api_client)
         self._api_client = api_client
 
     def __repr__(self) -> str:
@@ -214,3 +216,65 @@ class KubeApi:
         return self.call(
             f"PUT priorityclass {name}", self._scheduling.replace_priority_class, name, dict(body)
         )
+
+    # ------------------------------------------------------------------ install objects
+
+    def _method(self, verb: str, kind: str) -> tuple[Callable[..., Any], bool]:
+        """The client method ``<verb>_[namespaced_]<kind>`` and whether the kind is namespaced."""
+        snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in kind).lstrip("_")
+        api = self._rbac if kind in RBAC_KINDS else self._core
+        namespaced = kind not in CLUSTER_KINDS
+        name = f"{verb}_{'namespaced_' if namespaced else ''}{snake}"
+        return getattr(api, name), namespaced
+
+    def read_object(self, kind: str, name: str) -> dict[str, Any]:
+        """One object of an install kind (:data:`INSTALL_KINDS`); ``NotFoundError`` when absent."""
+        method, namespaced = self._method("read", kind)
+        args = (name, self.namespace) if namespaced else (name,)
+        return self.call(f"GET {kind} {name}", method, *args)
+
+    def create_object(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object of an install kind (409 when it exists)."""
+        kind, name = str(body["kind"]), str(body["metadata"]["name"])
+        method, namespaced = self._method("create", kind)
+        args = (self.namespace, dict(body)) if namespaced else (dict(body),)
+        return self.call(f"POST {kind} {name}", method, *args)
+
+    def replace_object(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Replace an object of an install kind (its ``resourceVersion`` guards the update)."""
+        kind, name = str(body["kind"]), str(body["metadata"]["name"])
+        method, namespaced = self._method("replace", kind)
+        args = (name, self.namespace, dict(body)) if namespaced else (name, dict(body))
+        return self.call(f"PUT {kind} {name}", method, *args)
+
+    def access_review(
+        self,
+        verb: str,
+        resource: str,
+        *,
+        group: str = "",
+        subresource: str = "",
+        name: str = "",
+        namespaced: bool = True,
+    ) -> dict[str, Any]:
+        """A SelfSubjectAccessReview: may this token ``verb`` the resource? (``status.allowed``)."""
+        attributes: dict[str, Any] = {"verb": verb, "group": group, "resource": resource}
+        if namespaced:
+            attributes["namespace"] = self.namespace
+        if subresource:
+            attributes["subresource"] = subresource
+        if name:
+            attributes["name"] = name
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes},
+        }
+        what = f"POST selfsubjectaccessreview {verb} {resource}"
+        return self.call(what, self._authz.create_self_subject_access_review, body)
+
+
+RBAC_KINDS = frozenset({"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"})
+CLUSTER_KINDS = frozenset({"ClusterRole", "ClusterRoleBinding"})
+INSTALL_KINDS = RBAC_KINDS | {"ServiceAccount", "PersistentVolumeClaim"}
+"""Kinds :meth:`KubeApi.read_object` and friends handle (PriorityClasses have their own calls)."""

@@ -8,13 +8,27 @@ The WorkflowTemplate has two container templates that differ only in resources:
 * ``train-cpu`` (the entrypoint): ``requests == limits``, ``cpu = units`` (Guaranteed QoS, so an
   in-place resize keeps the class) and ``resizePolicy: NotRequired`` for cpu and memory (Argo pods
   have ``restartPolicy: Never``, which forbids ``RestartContainer``);
-* ``train-gpu``: ``nvidia.com/gpu = units`` (GPUs cannot be resized in place).
+* ``train-gpu``: ``<gpu_resource> = units`` (``nvidia.com/gpu`` by default, a workflow
+  parameter for other vendors; GPUs cannot be resized in place).
+
+**Resources come from each template's ``podSpecPatch``.** The Argo Server decodes a template into
+Kubernetes' Go types, where a quantity must be a literal (``{{workflow.parameters.units}}`` as a
+``cpu`` value fails the decode: "quantities must match the regular expression ..."); a
+``podSpecPatch`` is a string, substituted first and applied when the pod is created, which is
+Argo's documented way to parameterise resources (``docs/fields.md``: "allows parameterization of
+container fields which are not strings (e.g. resource limits)").
 
 The container runs ``exec <command>`` under ``/bin/sh -c`` so the command is one workflow parameter
 and the trainer itself receives SIGTERM; trainer options arrive as ``QOSFLOW_*`` environment
 variables. ``resume`` is ``true`` for a checkpoint-restart segment and ``auto`` otherwise, so a pod
-retried by the ``retryStrategy`` resumes from its newest checkpoint (use a fresh ``checkpoint_dir``
-per job run).
+retried by the ``retryStrategy`` resumes from its newest checkpoint (each job run keeps its own
+folder on the checkpoint volume).
+
+A job's own pod settings (its image, environment, volumes, placement, the checkpoint volume) are
+fields of the *Workflow* (:mod:`qosflow_argo.podspec`): ``spec.volumes``, ``nodeSelector``,
+``tolerations``, ``affinity``, ``imagePullSecrets``, ``serviceAccountName``, ``podMetadata``, and
+``templateDefaults.container`` for the container's ``env``, ``envFrom``, ``volumeMounts`` and
+``imagePullPolicy``, which Argo merges into the template's container (its ``env`` by name).
 
 The ``retryStrategy`` (:data:`RETRY_LIMIT` retries, backoff :data:`RETRY_BACKOFF`) has no
 ``backoff.maxDuration``: Argo counts that from the *first* attempt's start, so a bound of minutes
@@ -27,6 +41,7 @@ deadline", ``processNodeRetries`` in ``workflow/controller/operator.go``). A bes
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -34,6 +49,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from qosflow import __version__
 from qosflow.core.cluster import (
     ANNOTATION_DEADLINE,
     ANNOTATION_PLAN,
@@ -43,6 +59,8 @@ from qosflow.core.cluster import (
     SubmitRequest,
 )
 from qosflow.core.errors import SpecError
+from qosflow.core.spec import JobSpec
+from qosflow_argo import podspec
 
 TEMPLATE_NAME = "qosflow-train"
 NAMESPACE = "qosflow"
@@ -52,6 +70,9 @@ LABEL_UNIT = "qosflow.dev/unit"
 ANNOTATION_UNITS = "qosflow.dev/units"
 ENTRYPOINT = {"cpu": "train-cpu", "gpu": "train-gpu"}
 GPU_RESOURCE = "nvidia.com/gpu"
+"""The default GPU resource name (``ArgoCluster(gpu_resource=...)`` names another vendor's)."""
+REFERENCE_IMAGE = f"qosflow-trainer:{__version__}"
+"""What ``trainer/Dockerfile`` builds (push it to a registry the cluster can pull from)."""
 DEFAULT_GRACE_S = 1800.0
 TERMINATION_GRACE_S = 60
 RETRY_LIMIT = 3
@@ -65,7 +86,8 @@ PARAMETERS: dict[str, str] = {
     "resume": "auto",
     "units": "1",
     "memory": "2Gi",
-    "image": "python:3.11-slim",
+    "gpu_resource": GPU_RESOURCE,
+    "image": REFERENCE_IMAGE,
     "command": "python -m qosflow_trainer",
     "checkpoint_dir": "/var/lib/qosflow/checkpoints",
     "checkpoint_every": "500",
@@ -88,16 +110,17 @@ def _param(name: str) -> str:
     return "{{workflow.parameters.%s}}" % name  # noqa: UP031 - braces would need escaping
 
 
+def resources_patch(resources: dict[str, str]) -> str:
+    """The template's ``podSpecPatch``: the main container's requests and limits (equal)."""
+    both = {"requests": dict(resources), "limits": dict(resources)}
+    patch = {"containers": [{"name": "main", "resources": both}]}
+    return json.dumps(patch, separators=(",", ":"))
+
+
 def _container_template(name: str, resources: dict[str, str], *, resizable: bool) -> Any:
     from hera.workflows import Container, Env, RetryStrategy
-    from hera.workflows.models import (
-        Backoff,
-        ContainerResizePolicy,
-        Quantity,
-        ResourceRequirements,
-    )
+    from hera.workflows.models import Backoff, ContainerResizePolicy
 
-    quantities = {k: Quantity(v) for k, v in resources.items()}
     policy = (
         [
             ContainerResizePolicy(resource_name="cpu", restart_policy="NotRequired"),
@@ -111,7 +134,7 @@ def _container_template(name: str, resources: dict[str, str], *, resizable: bool
         image=_param("image"),
         command=["/bin/sh", "-c", "exec " + _param("command")],
         env=[Env(name=var, value=_param(p)) for var, p in ENV.items()],
-        resources=ResourceRequirements(requests=quantities, limits=dict(quantities)),
+        pod_spec_patch=resources_patch(resources),
         resize_policy=policy,
         labels={LABEL_JOB: _param("job"), LABEL_SEGMENT: _param("segment"), LABEL_MANAGED: "true"},
         annotations={"workflows.argoproj.io/progress": "0/" + _param("steps")},
@@ -139,9 +162,8 @@ def workflow_template(namespace: str = NAMESPACE) -> dict[str, Any]:
     ) as template:
         units = _param("units")
         _container_template(ENTRYPOINT["cpu"], {"cpu": units, "memory": memory}, resizable=True)
-        _container_template(
-            ENTRYPOINT["gpu"], {GPU_RESOURCE: units, "memory": memory}, resizable=False
-        )
+        gpu = _param("gpu_resource")
+        _container_template(ENTRYPOINT["gpu"], {gpu: units, "memory": memory}, resizable=False)
     doc: dict[str, Any] = template.to_dict()
     return doc
 
@@ -162,29 +184,8 @@ def deadline_text(deadline: float) -> str:
     return datetime.fromtimestamp(deadline, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
-def workflow(
-    request: SubmitRequest,
-    *,
-    namespace: str,
-    now: float,
-    grace_s: float = DEFAULT_GRACE_S,
-    template: str = TEMPLATE_NAME,
-) -> dict[str, Any]:
-    """The Workflow that runs one segment: a ``workflowTemplateRef`` plus arguments.
-
-    Args:
-        request: The segment to launch.
-        namespace: Namespace of the workflow.
-        now: Current epoch seconds (``activeDeadlineSeconds`` counts from here).
-        grace_s: Seconds past the deadline before Argo kills the workflow.
-        template: Name of the WorkflowTemplate.
-
-    Raises:
-        SpecError: For a unit kind the template cannot run, or bad sizes.
-    """
-    from hera.workflows import Parameter, Workflow
-    from hera.workflows.models import WorkflowTemplateRef
-
+def _check_request(request: SubmitRequest) -> None:
+    """The request's own fields, then what the segment needs to run (an image, a checkpoint)."""
     if request.unit not in ENTRYPOINT:
         raise SpecError(
             "resources.unit",
@@ -192,10 +193,45 @@ def workflow(
         )
     if not _LABEL.match(request.job) or len(request.name) > 63:
         raise SpecError(
-            "job", f"must be an RFC 1123 label of at most 60 characters (got {request.job!r})"
+            "job",
+            f"must be an RFC 1123 label whose workflow name {request.name!r} fits the 63 "
+            f"characters of a label value (got {request.job!r})",
         )
     if request.units < 1 or request.total_steps < 1 or request.checkpoint_every_steps < 1:
         raise SpecError("units", "units, total_steps and checkpoint_every_steps must be >= 1")
+    podspec.check_request(request)
+
+
+def workflow(
+    request: SubmitRequest,
+    *,
+    namespace: str,
+    now: float,
+    grace_s: float = DEFAULT_GRACE_S,
+    template: str = TEMPLATE_NAME,
+    gpu_resource: str = GPU_RESOURCE,
+) -> dict[str, Any]:
+    """The Workflow that runs one segment: a ``workflowTemplateRef``, arguments, pod settings.
+
+    The result is checked against Argo's schema (strict: a typo in a volume or a toleration is
+    an error), and an error names the job spec's field (``pod.tolerations[0].operator``).
+
+    Args:
+        request: The segment to launch.
+        namespace: Namespace of the workflow.
+        now: Current epoch seconds (``activeDeadlineSeconds`` counts from here).
+        grace_s: Seconds past the deadline before Argo kills the workflow.
+        template: Name of the WorkflowTemplate.
+        gpu_resource: Extended resource a GPU is (``nvidia.com/gpu``, ``amd.com/gpu``...).
+
+    Raises:
+        SpecError: For a unit kind the template cannot run, bad sizes, no image, a checkpoint
+            that would be lost, or pod settings Kubernetes would refuse.
+    """
+    from hera.workflows import Parameter, Workflow
+    from hera.workflows.models import WorkflowTemplateRef
+
+    _check_request(request)
     values = {
         "job": request.job,
         "segment": str(request.segment),
@@ -203,7 +239,8 @@ def workflow(
         "resume": "true" if request.resume else "auto",
         "units": str(request.units),
         "memory": memory_for(request.memory_per_unit, request.units),
-        "image": request.image,
+        "gpu_resource": podspec.gpu_resource_name(gpu_resource),
+        "image": str(request.image),
         "command": shlex.join(request.command),
         "checkpoint_dir": request.checkpoint_dir,
         "checkpoint_every": str(request.checkpoint_every_steps),
@@ -232,7 +269,66 @@ def workflow(
         active_deadline_seconds=active,
     )
     doc: dict[str, Any] = wf.to_dict()
+    doc["spec"].update(podspec.workflow_fields(request))
+    podspec.check_workflow(doc)
     return doc
+
+
+def first_segment(job: JobSpec, job_id: str) -> SubmitRequest:
+    """Segment 0 of ``job`` at its smallest size (what the plan step checks before it promises).
+
+    The checkpoint folder is ``<checkpoint.path>/<job_id>`` (``""`` without a checkpoint, which
+    :func:`workflow` refuses).
+    """
+    res = job.resources
+    return SubmitRequest(
+        job=job_id,
+        segment=0,
+        units=res.min,
+        unit=res.unit,
+        total_steps=job.total_steps,
+        resume=False,
+        priority_class="qosflow-normal",
+        priority=0,
+        image=job.image,
+        command=job.command,
+        memory_per_unit=res.memory_per_unit,
+        deadline=job.deadline,
+        checkpoint_dir=job.checkpoint.folder(job_id) if job.checkpoint else "",
+        checkpoint_every_steps=job.checkpoint_every_steps,
+        pod=job.pod,
+        checkpoint=job.checkpoint,
+    )
+
+
+def checkpoint_claim(
+    name: str,
+    namespace: str = NAMESPACE,
+    *,
+    size: str = "10Gi",
+    access_mode: str = "ReadWriteOnce",
+    storage_class: str | None = None,
+) -> dict[str, Any]:
+    """The PersistentVolumeClaim jobs keep their checkpoints on (each run has its own folder).
+
+    ``qosflow argo install --checkpoint-claim NAME`` creates it when missing.
+
+    ``ReadWriteOnce`` serves one pod at a time, which a qosflow job is (a checkpoint-restart
+    stops the old pod before the new one starts); ``ReadWriteMany`` lets jobs on several nodes
+    share one claim. Without ``storage_class`` the cluster's default class provisions it.
+    """
+    spec: dict[str, Any] = {
+        "accessModes": [access_mode],
+        "resources": {"requests": {"storage": size}},
+    }
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_MANAGED: "true"}},
+        "spec": spec,
+    }
 
 
 def priority_classes() -> list[dict[str, Any]]:

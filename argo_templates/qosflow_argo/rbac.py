@@ -7,8 +7,9 @@ Two identities, each with only what it uses, every rule naming its resources:
   - In its namespace (a Role): create/get/list/watch/patch Argo ``workflows`` (patch is the
     priority bump), create ``workflowtemplates`` and get/update the ``qosflow-train`` one by name
     (``ensure_installed``), get/list
-    ``pods``, get ``pods/log`` (the trainer's CPU usage lines, :mod:`qosflow.core.usage`) and patch
-    ``pods/resize`` (in-place resize; ``patch pods`` does not grant it).
+    ``pods``, get ``pods/log`` (the trainer's CPU usage lines, :mod:`qosflow.core.usage`), patch
+    ``pods/resize`` (in-place resize; ``patch pods`` does not grant it) and get
+    ``persistentvolumeclaims`` (``qosflow argo check`` reads the checkpoint claim's state).
   - Cluster-wide, read-only (ClusterRole ``qosflow-capacity``): list ``nodes`` and list ``pods``.
     Free capacity is node allocatable minus the requests of the pods on the node, and pods of
     *every* namespace hold node capacity, so the list cannot be narrower; there is no ``get`` or
@@ -25,6 +26,7 @@ Two identities, each with only what it uses, every rule naming its resources:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from qosflow.core.cluster import LABEL_MANAGED
@@ -70,6 +72,53 @@ def _binding(kind: str, name: str, namespace: str, role_kind: str, account: str)
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Access:
+    """One kind of request the client makes (what a SelfSubjectAccessReview asks about).
+
+    Attributes:
+        verb: Kubernetes verb (``get``, ``list``, ``patch``...).
+        resource: Resource (``pods``, ``workflows``...).
+        group: API group (``""`` for the core group).
+        subresource: Subresource (``resize``, ``log``), or ``""``.
+        name: A resource name the rule is limited to, or ``""``.
+        namespaced: Asked in the client's namespace (else cluster-wide).
+        why: What the client does with it, for the check's message.
+    """
+
+    verb: str
+    resource: str
+    group: str = ""
+    subresource: str = ""
+    name: str = ""
+    namespaced: bool = True
+    why: str = ""
+
+    def __str__(self) -> str:
+        res = self.resource + (f"/{self.subresource}" if self.subresource else "")
+        where = f"{self.group}/" if self.group else ""
+        return f"{self.verb} {where}{res}" + (f" {self.name}" if self.name else "")
+
+
+CLIENT_ACCESS: tuple[Access, ...] = (
+    Access("create", "workflows", "argoproj.io", why="submit a segment"),
+    Access("get", "workflows", "argoproj.io", why="watch a segment"),
+    Access("list", "workflows", "argoproj.io", why="find a job's segments"),
+    Access("patch", "workflows", "argoproj.io", why="stop a segment, bump its priority"),
+    Access("get", "workflowtemplates", "argoproj.io", name=TEMPLATE_NAME, why="check the template"),
+    Access("get", "pods", why="follow a resize"),
+    Access("list", "pods", why="find a segment's pod"),
+    Access("get", "pods", subresource="log", why="read the trainer's CPU usage"),
+    Access("patch", "pods", subresource="resize", why="resize a pod in place"),
+    Access("get", "persistentvolumeclaims", why="check the checkpoint claim"),
+    Access("list", "nodes", namespaced=False, why="read the capacity"),
+    Access("list", "pods", namespaced=False, why="read the capacity (pods of every namespace)"),
+    Access("get", "priorityclasses", "scheduling.k8s.io", namespaced=False, why="check the ladder"),
+)
+"""Every kind of request ``ArgoCluster`` makes at run time (a test checks :func:`rbac` grants
+each; ``qosflow argo check`` asks the API server about each)."""
+
+
 def ladder_names() -> list[str]:
     """The PriorityClass names of the ladder (``qosflow.core.priority.LADDER``)."""
     from qosflow.core.priority import LADDER
@@ -91,6 +140,7 @@ def rbac(namespace: str = NAMESPACE) -> list[dict[str, Any]]:
             _rule("", ["pods"], ["get", "list"]),
             _rule("", ["pods/log"], ["get"]),
             _rule("", ["pods/resize"], ["patch"]),
+            _rule("", ["persistentvolumeclaims"], ["get"]),
         ],
     )
     executor_role = _role(

@@ -34,11 +34,25 @@ def _conn_fields() -> dict[str, Any]:
             "SQLAlchemy URL: SQLite on one machine, PostgreSQL when tasks run on several workers",
             "sqlite:///.qosflow/history.db",
         ),
-        "checkpoint_root": field(
-            "Checkpoint root",
+        "image": field(
+            "Default image", ["string", "null"], "Training image of jobs that name none"
+        ),
+        "checkpoint_claim": field(
+            "Checkpoint claim",
             ["string", "null"],
-            "Directory (as the training pods see it) under which jobs keep checkpoints",
-            ".qosflow/checkpoints",
+            "PersistentVolumeClaim for the checkpoints of jobs without checkpoint:",
+        ),
+        "checkpoint_path": field(
+            "Checkpoint path",
+            ["string", "null"],
+            "Where that claim is mounted in the pods",
+            "/var/lib/qosflow/checkpoints",
+        ),
+        "tolerations": field(
+            "Default tolerations", ["string", "null"], "JSON list, for jobs that set none"
+        ),
+        "gpu_resource": field(
+            "GPU resource", ["string", "null"], "Extended resource of a GPU", "nvidia.com/gpu"
         ),
     }
 

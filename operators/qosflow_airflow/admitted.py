@@ -36,11 +36,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ADMISSION_KEY = "admission"
-_NAME_ROOM = 56  # 56 + "-" + 6 hex = 63, the label value limit
+_NAME_ROOM = 52
+"""52 + "-" + 6 hex = 59, so the workflow ``<id>-s<segment>`` stays within the 63 characters of a
+label value (Argo labels every pod with its workflow's name) for segments up to 99."""
 
 
 def job_id(name: str, *parts: object) -> str:
-    """A job id unique per planned run: ``<name[:56]>-<6 hex of a hash of parts>``.
+    """A job id unique per planned run: ``<name[:52]>-<6 hex of a hash of parts>``.
 
     It names the workflows (``<id>-s<k>``), their ``qosflow.dev/job`` label (≤ 63 characters) and
     the checkpoint directory. The plan step hashes the DAG run's identity and the job's name and

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from qosflow.core.pod import PodDefaults
     from qosflow.core.speed import ProgressSample
     from qosflow_airflow.restart import Cluster
 
@@ -21,23 +22,26 @@ def measure_pods(
     sizes: Sequence[int],
     *,
     seconds: float,
-    checkpoint_root: str,
+    defaults: PodDefaults,
     width: int,
-    image: str = "qosflow-trainer",
     name: str = "measure",
 ) -> list[list[ProgressSample]]:
     """Run one trainer pod per entry of ``sizes`` (CPUs) side by side; each pod's progress.
 
     Timing starts once every pod runs and has reported; it ends after ``seconds`` or as soon as
-    one pod is no longer running. The pods keep nothing (no checkpoint) and are stopped on the
-    way out, whatever happens.
+    one pod is no longer running. The pods keep nothing (their checkpoint interval is longer
+    than the run; the folder on the connection's checkpoint claim stays empty) and are stopped on
+    the way out, whatever happens. ``defaults``: the connection's (image, checkpoint claim).
 
     Returns:
         Per pod, a sample per progress report (cluster time, steps done, its size).
     """
     from qosflow.core.cluster import Phase, SubmitRequest
+    from qosflow.core.pod import PodSettings, with_defaults
     from qosflow.core.speed import ProgressSample
 
+    pod, checkpoint = with_defaults(PodSettings(), None, defaults)
+    root = checkpoint.path if checkpoint is not None else ""
     stamp = int(time.time())
     names = []
     try:
@@ -52,12 +56,14 @@ def measure_pods(
                 resume=False,
                 priority_class="qosflow-normal",
                 priority=0,
-                image=image,
+                image=defaults.image,
                 command=("python", "-m", "qosflow_trainer", "--width", str(width)),
                 memory_per_unit="1Gi",
                 deadline=time.time() + 600,
-                checkpoint_dir=f"{checkpoint_root}/{job}",
+                checkpoint_dir=f"{root}/{job}",
                 checkpoint_every_steps=1_000_000,  # a measurement keeps nothing
+                pod=pod,
+                checkpoint=checkpoint,
             )
             names.append(cluster.submit(request).name)
         samples: list[list[ProgressSample]] = [[] for _ in names]

@@ -114,7 +114,7 @@ def trainer_rate(width: int, seconds: float = 8.0, cpus: int = 1, skip: float = 
 
 
 def pod_rate(
-    cluster: Any, width: int, units: int, root: Path, seconds: float = 9.0, skip: float = 1 / 3
+    cluster: Any, width: int, units: int, seconds: float = 9.0, skip: float = 1 / 3
 ) -> float:
     """Steps per second of the trainer as a pod of ``units`` CPUs on the local cluster.
 
@@ -122,16 +122,14 @@ def pod_rate(
     is sized from what a pod really gets on this host right now. The rate is taken over the last
     part of ``seconds`` (the first ``skip`` share left out); ``0.0``: no progress was seen.
     """
+    from qosflow.core.pod import PodDefaults
     from qosflow_airflow.calibrate import measure_pods, steady_rate
+    from qosflow_airflow.hooks.argo import LOCAL_CHECKPOINT_CLAIM
+    from qosflow_argo.manifests import REFERENCE_IMAGE
 
+    defaults = PodDefaults(image=REFERENCE_IMAGE, checkpoint_claim=LOCAL_CHECKPOINT_CLAIM)
     (samples,) = measure_pods(
-        cluster,
-        (units,),
-        seconds=seconds,
-        checkpoint_root=str(root / "checkpoints"),
-        width=width,
-        image="qosflow-demo",
-        name="calibrate",
+        cluster, (units,), seconds=seconds, defaults=defaults, width=width, name="calibrate"
     )
     return steady_rate(samples, skip)
 
@@ -163,11 +161,7 @@ def size_job(
 def _connection(local: Any, root: Path) -> str:
     from qosflow_airflow.hooks.argo import local_connection
 
-    conn = local_connection(
-        local,
-        history_url=f"sqlite:///{root / 'demo-history.db'}",
-        checkpoint_root=str(root / "checkpoints"),
-    )
+    conn = local_connection(local, history_url=f"sqlite:///{root / 'demo-history.db'}")
     return json.dumps(conn)
 
 
@@ -237,11 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     # machine's history would otherwise (rightly) make admission reject the 3-minute deadline.
     (ROOT / "demo-history.db").unlink(missing_ok=True)
     from qosflow.local.cluster import LocalCluster
+    from qosflow_airflow.hooks.argo import LOCAL_CHECKPOINT_CLAIM
     from qosflow_argo import ArgoCluster
 
     with LocalCluster(cpus=2, state_dir=ROOT / "local", token="qosflow-demo") as local:
         cluster = ArgoCluster.from_local(local)
-        cluster.ensure_installed()
+        cluster.ensure_installed(checkpoint_claim=LOCAL_CHECKPOINT_CLAIM)
         if not local.weighted:
             print(
                 "note: pods run without CPU weights here (no writable cgroup CPU controller), so "
@@ -253,11 +248,11 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), DEMO_NICE)
         print("measuring the trainer as a pod of the local cluster at 1 and at 2 CPUs ...")
-        rate1 = pod_rate(cluster, args.width, 1, ROOT)
+        rate1 = pod_rate(cluster, args.width, 1)
         # Sustained, not burst: with both cores busy this kind of host runs the first ~12 s
         # about 30 % faster than afterwards (CPU time per step rises; the pod is not waiting
         # for a CPU), so two CPUs are measured over 30 s and timed on the last 15.
-        rate2 = pod_rate(cluster, args.width, 2, ROOT, seconds=30.0, skip=0.5)
+        rate2 = pod_rate(cluster, args.width, 2, seconds=30.0, skip=0.5)
         speedup = rate2 / rate1 if rate1 > 0 else 0.0
         sized = size_job(rate1, rate2, args.deadline_s, MARGIN_S)
         print(

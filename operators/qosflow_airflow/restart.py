@@ -77,6 +77,8 @@ def submit_request(
         checkpoint_dir=state.checkpoint_dir,
         checkpoint_every_steps=spec.checkpoint_every_steps,
         plan=state.plan if plan is None else plan,
+        pod=spec.pod,
+        checkpoint=spec.checkpoint,
     )
 
 

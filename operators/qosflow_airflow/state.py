@@ -64,6 +64,10 @@ def job_to_dict(spec: JobSpec) -> dict[str, Any]:
         "image": spec.image,
         "command": list(spec.command),
         "step_seconds_estimate": spec.step_seconds_estimate,
+        "pod": spec.pod.to_spec(),
+        "checkpoint": None
+        if spec.checkpoint is None
+        else {"volume": spec.checkpoint.volume, "path": spec.checkpoint.path},
     }
 
 

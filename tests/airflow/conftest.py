@@ -97,7 +97,20 @@ class FakeCluster:
     def list_jobs(self, job=None):
         return [s for s in self.jobs.values() if job is None or s.job == job]
 
+    gpu_resource: str = "nvidia.com/gpu"
+
+    def check_job(self, job, job_id):
+        """What the real client checks at plan: segment 0's Workflow renders and validates."""
+        from qosflow_argo import manifests
+
+        return manifests.workflow(
+            manifests.first_segment(job, job_id), namespace="qosflow", now=self.clock
+        )
+
     def submit(self, request: SubmitRequest) -> JobStatus:
+        from qosflow_argo import manifests
+
+        manifests.workflow(request, namespace="qosflow", now=self.clock)  # as the client does
         if request.name in self.jobs:
             return self.jobs[request.name]
         self.requests.append(request)
@@ -155,7 +168,8 @@ def fake_cluster(monkeypatch, tmp_path):
         "password": "t0ken",
         "extra": {
             "history_url": f"sqlite:///{tmp_path}/history.db",
-            "checkpoint_root": str(tmp_path / "ckpt"),
+            "image": "registry.example/trainer:1",
+            "checkpoint_claim": "qosflow-checkpoints",
         },
     }
     monkeypatch.setenv("AIRFLOW_CONN_QOSFLOW_DEFAULT", json.dumps(conn))

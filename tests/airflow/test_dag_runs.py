@@ -42,18 +42,14 @@ def rate():
 @pytest.fixture(scope="session")
 def local(tmp_path_factory):
     from qosflow.local.cluster import LocalCluster
-    from qosflow_airflow.hooks.argo import local_connection
+    from qosflow_airflow.hooks.argo import LOCAL_CHECKPOINT_CLAIM, local_connection
     from qosflow_argo import ArgoCluster
 
     root = tmp_path_factory.mktemp("qosflow")
     with LocalCluster(cpus=2, state_dir=root / "local", token="test-token") as lc:
-        ArgoCluster.from_local(lc).ensure_installed()
+        ArgoCluster.from_local(lc).ensure_installed(checkpoint_claim=LOCAL_CHECKPOINT_CLAIM)
         os.environ["AIRFLOW_CONN_QOSFLOW_DEFAULT"] = json.dumps(
-            local_connection(
-                lc,
-                history_url=f"sqlite:///{root / 'history.db'}",
-                checkpoint_root=str(root / "checkpoints"),
-            )
+            local_connection(lc, history_url=f"sqlite:///{root / 'history.db'}")
         )
         yield lc
 

@@ -36,9 +36,7 @@ TEAMS = ("forecast", "ranking", "embeddings")
 def _connection(local: Any, root: Path, history_url: str) -> dict[str, Any]:
     from qosflow_airflow.hooks.argo import local_connection
 
-    conn = local_connection(
-        local, history_url=history_url, checkpoint_root=str(root / "checkpoints")
-    )
+    conn = local_connection(local, history_url=history_url)
     return {"qosflow_default": conn}
 
 
@@ -49,6 +47,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from qosflow.local.cluster import LocalCluster
     from qosflow.store.board import JobBoard
     from qosflow.store.history import HistoryStore
+    from qosflow_airflow.hooks.argo import LOCAL_CHECKPOINT_CLAIM
     from qosflow_argo import ArgoCluster
 
     root = tmp_path_factory.mktemp("deployment")
@@ -57,7 +56,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         control_plane(cluster_cpus=2),
         LocalCluster(cpus=2, state_dir=root / "local", token="deployment-test") as local,
     ):
-        ArgoCluster.from_local(local).ensure_installed()
+        ArgoCluster.from_local(local).ensure_installed(checkpoint_claim=LOCAL_CHECKPOINT_CLAIM)
         log(f"{local!r}, pod CPU weights {'on' if local.weighted else 'off'}")
         with deployment(
             root / "airflow",

@@ -51,6 +51,9 @@ def run(op: Any, ctx: dict[str, Any]) -> Any:
     return result
 
 
+CKPT = {"name": "ckpt", "persistentVolumeClaim": {"claimName": "qosflow-checkpoints"}}
+
+
 def job(**over: Any) -> dict[str, Any]:
     data = {
         "name": "nightly-retrain",
@@ -58,6 +61,9 @@ def job(**over: Any) -> dict[str, Any]:
         "total_steps": 400,
         "deadline": "PT10M",
         "resources": {"unit": "cpu", "min": 1, "max": 2, "per_node": 2},
+        "image": "registry.example/trainer:1",
+        "pod": {"volumes": [CKPT]},
+        "checkpoint": {"volume": "ckpt"},
         "dwell_seconds": 10,
         "margin_seconds": 5,
         "step_seconds_estimate": 1.0,
@@ -213,7 +219,7 @@ def _running_state(fake_cluster: Any, polls: int = 4) -> Any:
         priority_class="qosflow-normal",
         priority=10,
         guaranteed=True,
-        checkpoint_dir="/tmp/ckpt",
+        checkpoint_dir="/var/lib/qosflow/checkpoints/x",
         job_id="nightly",
     )
     fake_cluster.submit(submit_request(st, segment=0, resume=False))

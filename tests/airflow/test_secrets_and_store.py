@@ -69,7 +69,11 @@ def secret_connection(fake_cluster: Any, monkeypatch: pytest.MonkeyPatch, tmp_pa
         "conn_type": "qosflow_argo",
         "host": "http://127.0.0.1:1",
         "password": TOKEN,
-        "extra": {"history_url": HISTORY_URL, "checkpoint_root": str(tmp_path / "ckpt")},
+        "extra": {
+            "history_url": HISTORY_URL,
+            "image": "registry.example/trainer:1",
+            "checkpoint_claim": "qosflow-checkpoints",
+        },
     }
     monkeypatch.setenv("AIRFLOW_CONN_QOSFLOW_DEFAULT", json.dumps(conn))
     real = history.HistoryStore

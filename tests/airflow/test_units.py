@@ -16,12 +16,18 @@ from qosflow.core.spec import load_job
 T0 = 1_800_000_000.0
 
 
+CKPT = {"name": "ckpt", "persistentVolumeClaim": {"claimName": "qosflow-checkpoints"}}
+
+
 def job(**over):
     data = {
         "name": "unit-job",
         "total_steps": 400,
         "deadline": "PT10M",
         "resources": {"unit": "cpu", "min": 1, "max": 2, "per_node": 2},
+        "image": "registry.example/trainer:1",
+        "pod": {"volumes": [CKPT]},
+        "checkpoint": {"volume": "ckpt"},
         "dwell_seconds": 10,
         "margin_seconds": 5,
     }
@@ -44,7 +50,7 @@ def state(**over):
         priority_class="qosflow-normal",
         priority=10,
         guaranteed=True,
-        checkpoint_dir="/tmp/ckpt",
+        checkpoint_dir="/var/lib/qosflow/checkpoints/x",
     )
     base.update(over)
     return TrainingState(**base)
@@ -192,6 +198,48 @@ def test_a_gpu_job_on_a_cluster_without_gpus_is_told_so_and_nothing_is_submitted
     assert fake_cluster.requests == []
 
 
+def test_a_job_that_would_checkpoint_onto_the_pods_own_disk_is_refused_at_plan(
+    fake_cluster, monkeypatch, tmp_path
+):
+    """Without a checkpoint volume (none in the spec, none on the connection) a checkpoint-restart
+    would start from step 0: the plan step refuses, before any promise, board row or submit."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from qosflow.store.board import JobBoard
+    from qosflow.store.history import HistoryStore
+    from qosflow_airflow.operators.plan import PlanTrainingOperator
+
+    bare = {
+        "conn_type": "qosflow_argo",
+        "host": "http://127.0.0.1:1",
+        "extra": {"history_url": f"sqlite:///{tmp_path}/bare.db", "image": "registry.example/t:1"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_QOSFLOW_DEFAULT", json.dumps(bare))
+    spec = {k: v for k, v in job().items() if k not in ("pod", "checkpoint")}
+    op = PlanTrainingOperator(task_id="plan", job=spec)
+    with pytest.raises(AirflowFailException, match=r"checkpoint: is required.*pod's own disk"):
+        op.execute(_ctx("r-disk"))
+    store = HistoryStore(f"sqlite:///{tmp_path}/bare.db")
+    try:  # no promise, no board row
+        with store.promise_ledger(fake_cluster.clock) as ledger:
+            assert ledger.pending("cpu") == {}
+        with JobBoard(store, "qosflow").session(fake_cluster.clock) as board:
+            assert board.entries("cpu") == []
+    finally:
+        store.close()
+    scratch = {**job(), "pod": {"volumes": [{"name": "ckpt", "emptyDir": {}}]}}
+    with pytest.raises(AirflowFailException, match=r"checkpoint.volume: 'ckpt' cannot hold"):
+        PlanTrainingOperator(task_id="plan", job=scratch).execute(_ctx("r-scratch"))
+    assert fake_cluster.requests == []
+    # with the connection's claim the same spec plans, and its segment mounts the claim
+    plan = PlanTrainingOperator(task_id="plan", job=spec)
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_QOSFLOW_DEFAULT",
+        json.dumps({**bare, "extra": {**bare["extra"], "checkpoint_claim": "shared"}}),
+    )
+    assert plan.execute(_ctx("r-claim"))["job"]["checkpoint"]["volume"] == "qosflow-checkpoints"
+
+
 # ------------------------------------------------------------------ branch
 
 
@@ -336,7 +384,8 @@ def test_each_run_gets_its_own_workflows_and_a_retried_submit_reattaches(fake_cl
         second["job_id"],
     }
     long = _plan("x" * 63, "PT20M", "scheduled__3")
-    assert len(long["job_id"]) <= 63
+    assert len(long["job_id"]) <= 59  # room for "-s99": a workflow name is a label value
+    assert len(_submit(long, "scheduled__3")["workflow"]) <= 63
 
 
 # ------------------------------------------------------------------ task group structure

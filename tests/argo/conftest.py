@@ -24,13 +24,22 @@ import pytest
 import requests
 
 from qosflow.core.cluster import JobStatus, SubmitRequest
+from qosflow.core.pod import Checkpoint, PodDefaults, PodSettings, with_defaults
 from qosflow_argo.argo_cluster import ArgoCluster
 from qosflow_argo.contract import SwaggerContract
+from qosflow_argo.manifests import REFERENCE_IMAGE
 from qosflow_argo.retry import RetryPolicy
 
 REAL_ENV = ("QOSFLOW_ARGO_URL", "QOSFLOW_ARGO_TOKEN", "KUBECONFIG")
 REAL = all(os.environ.get(k) for k in REAL_ENV)
 TOKEN = "tok-9f3c-very-secret-value"
+CLAIM = os.environ.get("QOSFLOW_CHECKPOINT_CLAIM", "qosflow-checkpoints")
+CHECKPOINT_POD, _checkpoint = with_defaults(
+    PodSettings(), None, PodDefaults(checkpoint_claim=CLAIM)
+)
+assert _checkpoint is not None
+CHECKPOINT: Checkpoint = _checkpoint
+"""Every test segment keeps its checkpoints on the claim ``CLAIM`` (installed by ``target``)."""
 _CONTRACT: SwaggerContract | None = None
 
 
@@ -115,14 +124,16 @@ class Target:
             resume=False,
             priority_class="qosflow-normal",
             priority=10,
-            image=os.environ.get("QOSFLOW_TEST_IMAGE", "python:3.11-slim"),
+            image=os.environ.get("QOSFLOW_TEST_IMAGE", REFERENCE_IMAGE),
             command=tuple(
                 os.environ.get("QOSFLOW_TEST_COMMAND", "python -m qosflow_trainer").split()
             ),
             memory_per_unit="256Mi",
             deadline=now + 3600,
-            checkpoint_dir=f"/tmp/qosflow-contract/{self.job(label)}",
+            checkpoint_dir=CHECKPOINT.folder(self.job(label)),
             checkpoint_every_steps=5,
+            pod=CHECKPOINT_POD,
+            checkpoint=CHECKPOINT,
         )
         return replace(base, **over)
 
@@ -194,7 +205,7 @@ def target(tmp_path: Path) -> Iterator[Target]:
     """The cluster the contract suite runs against, with the template installed."""
     gen = _real_target() if REAL else _local_target(tmp_path)
     tgt = next(gen)
-    tgt.cluster.ensure_installed()
+    tgt.cluster.ensure_installed(checkpoint_claim=CLAIM)
     try:
         yield tgt
     finally:

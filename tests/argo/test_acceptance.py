@@ -26,6 +26,9 @@ from qosflow.core.cluster import JobStatus, Phase, ResizeState, SubmitRequest
 from qosflow.local import LocalCluster
 from qosflow_argo.argo_cluster import ArgoCluster
 
+from .conftest import CHECKPOINT, CLAIM
+from .conftest import CHECKPOINT_POD as POD
+
 TOTAL = 200
 WINDOW_S = 6.0  # each step-rate window
 WARMUP_S = 2.0  # before each window (a new thread count settles)
@@ -48,7 +51,7 @@ def segment(
     job: str,
     seg: int,
     units: int,
-    ckpt: Path,
+    ckpt: str,
     *,
     resume: bool,
     total: int = TOTAL,
@@ -69,9 +72,16 @@ def segment(
         command=("python", "-m", "qosflow_trainer", *options),
         memory_per_unit="256Mi",
         deadline=time.time() + 3600,
-        checkpoint_dir=str(ckpt),
+        checkpoint_dir=CHECKPOINT.folder(ckpt),
         checkpoint_every_steps=25,
+        pod=POD,
+        checkpoint=CHECKPOINT,
     )
+
+
+def on_host(tmp_path: Path, folder: str) -> Path:
+    """Where the local cluster keeps a checkpoint folder of the claim (its "volume")."""
+    return tmp_path / "local" / "volumes" / "qosflow" / "pvc" / CLAIM / folder
 
 
 def wait(cluster: ArgoCluster, name: str, pred, timeout: float = 120.0) -> JobStatus:  # type: ignore[no-untyped-def]
@@ -160,7 +170,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ArgoClus
         cpus=2, state_dir=tmp_path / "local", token="acc-token", progress_tick_s=tick, grace_s=20
     ) as local:
         client = ArgoCluster.from_local(local, poll_s=0.1, stop_timeout_s=60)
-        client.ensure_installed()
+        client.ensure_installed(checkpoint_claim=CLAIM)
         yield client
         client.close()
 
@@ -170,7 +180,7 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ArgoClus
 def test_in_place_resize_raises_the_step_rate(cluster: ArgoCluster, tmp_path: Path) -> None:
     # the trainer's default model (batch 1024, width 512: ~120 ms a step on one CPU), as in
     # bench/trainer_bench.py; the SMALL model's ~20 ms steps are dominated by dispatch overhead
-    req = segment("rate", 0, 1, tmp_path / "ckpt", resume=False, total=100_000)
+    req = segment("rate", 0, 1, "rate", resume=False, total=100_000)
     trainer = ("python", "-m", "qosflow_trainer", "--cpu-check-every", "2", "--log-every", "1")
     req = replace(req, command=trainer)
     first = cluster.submit(req)
@@ -218,8 +228,8 @@ def test_in_place_resize_raises_the_step_rate(cluster: ArgoCluster, tmp_path: Pa
 def test_stop_checkpoint_resume_gives_the_uninterrupted_result(
     cluster: ArgoCluster, tmp_path: Path
 ) -> None:
-    ckpt, ref_ckpt = tmp_path / "ckpt", tmp_path / "ref"
-    first = cluster.submit(segment("accept", 0, 1, ckpt, resume=False))
+    ckpt, ref_ckpt = on_host(tmp_path, "accept"), on_host(tmp_path, "accept-ref")
+    first = cluster.submit(segment("accept", 0, 1, "accept", resume=False))
     before = wait(cluster, first.name, lambda s: (s.steps_done or 0) >= 60)
     stopped = cluster.stop(first.name, message="checkpoint-restart")
     assert stopped.phase is Phase.STOPPED
@@ -227,8 +237,8 @@ def test_stop_checkpoint_resume_gives_the_uninterrupted_result(
     assert before.steps_done <= stopped.steps_done < TOTAL  # the stop lost no progress
     assert not (ckpt / "result.json").exists()
 
-    ref = cluster.submit(segment("accept-ref", 0, 1, ref_ckpt, resume=False))
-    second = cluster.submit(segment("accept", 1, 1, ckpt, resume=True))
+    ref = cluster.submit(segment("accept-ref", 0, 1, "accept-ref", resume=False))
+    second = cluster.submit(segment("accept", 1, 1, "accept", resume=True))
     resumed = wait(cluster, second.name, lambda s: s.steps_done is not None and s.steps_done > 0)
     # from the checkpoint the stop wrote: exactly where the stopped segment ended, or later
     assert resumed.steps_done is not None and resumed.steps_done >= stopped.steps_done

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -10,12 +11,14 @@ import yaml
 
 from qosflow.core.cluster import SubmitRequest
 from qosflow.core.errors import SpecError
+from qosflow.core.pod import Checkpoint, PodSettings
 from qosflow.core.priority import LADDER
 from qosflow_argo import manifests, render
 from qosflow_argo.contract import check_manifest
 from qosflow_argo.rbac import rbac
 
 ROOT = Path(__file__).resolve().parents[2] / "argo_templates"
+CKPT = {"name": "ckpt", "persistentVolumeClaim": {"claimName": "retrain-ckpt"}}
 
 
 def request(**over: object) -> SubmitRequest:
@@ -35,6 +38,8 @@ def request(**over: object) -> SubmitRequest:
         checkpoint_dir="/ckpt/resnet",
         checkpoint_every_steps=50,
         plan='{"units": 3}',
+        pod=PodSettings(volumes=(CKPT,)),
+        checkpoint=Checkpoint("ckpt", "/ckpt"),
     )
     base.update(over)
     return SubmitRequest(**base)  # type: ignore[arg-type]
@@ -90,8 +95,11 @@ def test_template_cpu_container_is_guaranteed_and_resizable() -> None:
         "seed",
     } <= names
     cpu = next(t for t in spec["templates"] if t["name"] == "train-cpu")
-    res = cpu["container"]["resources"]
-    assert res["requests"] == res["limits"]
+    # resources come from the template's podSpecPatch: Argo's decoder refuses a templated quantity
+    assert "resources" not in cpu["container"]
+    (main,) = json.loads(cpu["podSpecPatch"])["containers"]
+    res = main["resources"]
+    assert main["name"] == "main" and res["requests"] == res["limits"]
     assert res["requests"]["cpu"] == "{{workflow.parameters.units}}"
     assert {p["resourceName"]: p["restartPolicy"] for p in cpu["container"]["resizePolicy"]} == {
         "cpu": "NotRequired",
@@ -103,10 +111,18 @@ def test_template_cpu_container_is_guaranteed_and_resizable() -> None:
     assert "ARGO_PROGRESS_FILE" not in env  # Argo injects it
     assert cpu["retryStrategy"]["limit"] == 3
     gpu = next(t for t in spec["templates"] if t["name"] == "train-gpu")
-    assert (
-        gpu["container"]["resources"]["limits"]["nvidia.com/gpu"] == "{{workflow.parameters.units}}"
-    )
+    limits = json.loads(gpu["podSpecPatch"])["containers"][0]["resources"]["limits"]
+    assert limits["{{workflow.parameters.gpu_resource}}"] == "{{workflow.parameters.units}}"
     assert "resizePolicy" not in gpu["container"]
+    assert {p["name"]: p["value"] for p in spec["arguments"]["parameters"]}[
+        "gpu_resource"
+    ] == "nvidia.com/gpu"
+
+
+def test_no_container_quantity_is_templated() -> None:
+    """Argo decodes templates into Kubernetes types: a quantity must be a literal."""
+    for tmpl in manifests.workflow_template()["spec"]["templates"]:
+        assert "{{" not in json.dumps(tmpl["container"].get("resources") or {})
 
 
 def test_retries_cover_any_segment_length_bounded_by_the_deadline() -> None:
@@ -255,10 +271,17 @@ def test_segment_workflow_references_the_template_with_its_arguments() -> None:
 
 def test_gpu_segment_selects_the_gpu_template_and_best_effort_has_no_deadline() -> None:
     wf = manifests.workflow(
-        request(unit="gpu", deadline=float("inf"), resume=False), namespace="ml", now=0.0
+        request(unit="gpu", deadline=float("inf"), resume=False),
+        namespace="ml",
+        now=0.0,
+        gpu_resource="amd.com/gpu",
     )
     check_manifest(wf)
     assert wf["spec"]["entrypoint"] == "train-gpu"
+    args = {p["name"]: p["value"] for p in wf["spec"]["arguments"]["parameters"]}
+    assert args["gpu_resource"] == "amd.com/gpu"
+    with pytest.raises(SpecError, match="gpu_resource"):
+        manifests.workflow(request(unit="gpu"), namespace="ml", now=0.0, gpu_resource="gpus")
     assert "activeDeadlineSeconds" not in wf["spec"]
     assert wf["metadata"]["annotations"]["qosflow.dev/deadline"] == "none"
     assert {p["name"]: p["value"] for p in wf["spec"]["arguments"]["parameters"]}[
@@ -271,6 +294,10 @@ def test_gpu_segment_selects_the_gpu_template_and_best_effort_has_no_deadline() 
     [
         ({"job": "Bad_Name"}, "job"),
         ({"job": "x" * 61}, "job"),
+        ({"image": None}, "image"),
+        ({"checkpoint": None}, "checkpoint"),
+        ({"pod": PodSettings(volumes=({"name": "ckpt", "emptyDir": {}},))}, "checkpoint.volume"),
+        ({"checkpoint_dir": "/elsewhere/resnet"}, "checkpoint_dir"),
         ({"unit": "worker"}, "resources.unit"),
         ({"memory_per_unit": "lots"}, "memory_per_unit"),
         ({"units": 0}, "units"),
@@ -293,7 +320,7 @@ def test_bad_requests_never_become_manifests(over: dict[str, object], field: str
 def test_schema_catches_typos_removed_fields_and_wrong_types(
     path: tuple[str, str], value: object, needle: str
 ) -> None:
-    wf = manifests.workflow(request(), namespace="ml", now=0.0)
+    wf = manifests.workflow(request(), namespace="ml", now=1_799_990_000.0)
     bad = copy.deepcopy(wf)
     bad[path[0]][path[1]] = value
     with pytest.raises(SpecError, match=needle):

@@ -39,9 +39,16 @@ def test_a_dry_run_writes_nothing_and_an_install_is_idempotent(
         assert first.returncode == 0, first.stderr
         assert _lines(first.stdout)["WorkflowTemplate/qosflow-train"] == "created"
         assert any(k.startswith("PriorityClass/qosflow-urgent") for k in _lines(first.stdout))
+        made = _lines(first.stdout)
+        for rbac in ("ServiceAccount/qosflow", "Role/qosflow", "ClusterRole/qosflow-capacity"):
+            assert made[rbac] == "created", first.stdout
         again = _lines(qosflow("argo", "install", *target).stdout)
         objects = {k: v for k, v in again.items() if "/" in k}
-        assert len(objects) == 1 + len(LADDER) and set(objects.values()) == {"unchanged"}, again
+        assert len(objects) == 1 + len(LADDER) + 10 and set(objects.values()) == {"unchanged"}
+        claim = qosflow("argo", "install", *target, "--checkpoint-claim", "ckpt", "--dry-run")
+        assert _lines(claim.stdout)["PersistentVolumeClaim/ckpt"] == "would be created"
+        claim = qosflow("argo", "install", *target, "--checkpoint-claim", "ckpt")
+        assert _lines(claim.stdout)["PersistentVolumeClaim/ckpt"].startswith("created (Bound, 10Gi")
 
 
 def test_without_a_target_the_install_names_the_flag(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,7 +58,9 @@ def test_without_a_target_the_install_names_the_flag(monkeypatch: pytest.MonkeyP
     assert out.stderr.startswith("error: --argo-url: must be given, or QOSFLOW_ARGO_URL set")
 
 
-def test_local_up_installs_the_template_and_the_ladder(tmp_path: Path) -> None:
+def test_local_up_installs_everything_and_argo_check_passes_with_what_it_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = str(tmp_path / "local")
     try:
         up = qosflow("local", "up", "--cpus", "1", "--port", "0", "--state-dir", state)
@@ -59,6 +68,18 @@ def test_local_up_installs_the_template_and_the_ladder(tmp_path: Path) -> None:
         said = _lines(up.stdout)
         assert said["WorkflowTemplate/qosflow-train"] == "created", up.stdout
         assert said["PriorityClass/qosflow-urgent"] in ("created", "unchanged"), up.stdout
+        assert said["RoleBinding/qosflow"] == "created", up.stdout
+        assert said["PersistentVolumeClaim/qosflow-checkpoints"].startswith("created (Bound")
+        exports = [
+            line.split(" ", 1)[1] for line in up.stdout.splitlines() if line.startswith("export ")
+        ]
+        monkeypatch.delenv("KUBECONFIG", raising=False)
+        for name, value in (e.split("=", 1) for e in exports):
+            monkeypatch.setenv(name, value)
+        check = qosflow("argo", "check")
+        assert check.returncode == 0, check.stdout + check.stderr
+        assert "WorkflowTemplate qosflow-train is installed and current" in check.stdout
+        assert "checkpoint claim qosflow-checkpoints: Bound" in check.stdout
         again = qosflow("local", "up", "--port", "0", "--state-dir", state)
         assert "already running" in again.stdout
         assert _lines(again.stdout)["WorkflowTemplate/qosflow-train"] == "unchanged"

@@ -87,15 +87,48 @@ def test_create_refuses_what_the_controller_could_not_parse(
     clock.advance(1)  # and the controller still ticks
 
 
-def test_values_from_parameters_are_checked_after_substitution(argo: Api) -> None:
+GO_QUANTITY = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+
+
+def test_a_templated_quantity_is_refused_as_argos_decoder_refuses_it(argo: Api) -> None:
     request = container_wf("param")
-    request["workflow"]["spec"]["arguments"] = {"parameters": [{"name": "cpu", "value": "lots"}]}
+    request["workflow"]["spec"]["arguments"] = {"parameters": [{"name": "cpu", "value": "1"}]}
     _main(request)["container"]["resources"] = {"requests": {"cpu": "{{workflow.parameters.cpu}}"}}
     response = argo("POST", WORKFLOWS, json=request)
     assert response.status_code == 400
-    assert "templates.main.container.resources.requests.cpu" in response.json()["message"]
-    request["workflow"]["spec"]["arguments"]["parameters"][0]["value"] = "1"
-    assert argo("POST", WORKFLOWS, json=request).status_code == 200
+    message = response.json()["message"]
+    assert "templates.main.container.resources.requests.cpu" in message and GO_QUANTITY in message
+    template = {"template": {"metadata": {"name": "param"}, "spec": request["workflow"]["spec"]}}
+    response = argo("POST", TEMPLATES, json=template)
+    assert response.status_code == 400 and GO_QUANTITY in response.json()["message"]
+    spec = request["workflow"]["spec"]
+    spec["templateDefaults"] = {"container": _main(request).pop("container") | {"image": "x"}}
+    _main(request)["container"] = {"image": "x", "command": ["true"]}
+    response = argo("POST", WORKFLOWS, json=request)
+    assert response.status_code == 400
+    assert "templateDefaults.container.resources.requests.cpu" in response.json()["message"]
+
+
+def test_a_quantity_from_a_pod_spec_patch_is_checked_when_the_pod_is_created(
+    argo: Api, kube: Api, clock: VirtualClock
+) -> None:
+    patch = '{"containers": [{"name": "main", "resources": {"requests": {"cpu": "{{workflow.parameters.cpu}}"}}}]}'
+    for name, cpu in (("lots", "lots"), ("one", "1")):
+        request = container_wf(name)
+        request["workflow"]["spec"]["arguments"] = {"parameters": [{"name": "cpu", "value": cpu}]}
+        request["workflow"]["spec"]["podSpecPatch"] = patch
+        assert argo("POST", WORKFLOWS, json=request).status_code == 200
+    clock.advance(1)
+    failed = argo("GET", f"{WORKFLOWS}/lots").json()
+    node = failed["status"]["nodes"]["lots"]
+    assert node["phase"] == "Error"
+    assert node["message"].startswith("Error applying PodSpecPatch: invalid podSpecPatch ")
+    assert GO_QUANTITY in node["message"]
+    assert kube("GET", f"/api/v1/namespaces/{NS}/pods/lots").status_code == 404
+    pod = kube("GET", f"/api/v1/namespaces/{NS}/pods/one").json()
+    assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
 
 
 def test_submit_with_a_parameter_the_controller_cannot_parse_is_400(argo: Api) -> None:

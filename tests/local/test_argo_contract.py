@@ -3,6 +3,8 @@ codes and ``{code, message}`` bodies of the real server (v4.1.2)."""
 
 from __future__ import annotations
 
+import json
+
 import requests
 
 from qosflow.local import LocalCluster, VirtualClock
@@ -241,11 +243,10 @@ def test_template_ref_parameters_are_substituted(argo: Api, kube: Api, clock: Vi
         "image": "{{workflow.parameters.image}}",
         "command": ["python", "-m", "train", "--steps", "{{workflow.parameters.steps}}"],
         "env": [{"name": "JOB", "value": "{{workflow.parameters.job}}-{{workflow.name}}"}],
-        "resources": {
-            "requests": {"cpu": "{{inputs.parameters.units}}"},
-            "limits": {"cpu": "{{inputs.parameters.units}}"},
-        },
     }
+    units = "{{inputs.parameters.units}}"  # quantities are parameterised through podSpecPatch
+    resources = {"requests": {"cpu": units}, "limits": {"cpu": units}}
+    patch = json.dumps({"containers": [{"name": "main", "resources": resources}]})
     template = {
         "metadata": {"name": "train"},
         "spec": {
@@ -263,6 +264,7 @@ def test_template_ref_parameters_are_substituted(argo: Api, kube: Api, clock: Vi
                     "name": "run",
                     "inputs": {"parameters": [{"name": "units"}]},
                     "container": container,
+                    "podSpecPatch": patch,
                 }
             ],
         },

@@ -17,6 +17,7 @@ import requests
 from qosflow.local.cli import add_subcommands, read_info
 
 from .conftest import NS, container_wf
+from .outputs import out_dir, with_output
 from .test_readoption import SCRIPT
 
 pytestmark = pytest.mark.slow
@@ -152,6 +153,7 @@ def test_a_killed_daemon_comes_back_with_its_pods_and_token(
     first = _up(state, capsys)
     try:
         request = container_wf("long", command=["python", "-c", SCRIPT, "100000", "0"])
+        request = with_output(request, "long")  # the pod writes pid, starts... there
         headers = {"Authorization": f"Bearer {first['token']}"}
         url = f"{first['argo_url']}/api/v1/workflows/{NS}"
         assert requests.post(url, json=request, headers=headers, timeout=10).status_code == 200
@@ -162,13 +164,48 @@ def test_a_killed_daemon_comes_back_with_its_pods_and_token(
         assert second["token"] == first["token"]
         assert _phase(second, "long") == "Running"
         assert _done(second, "long") >= 3  # the last known progress at once, never 0/M
-        pid = int((state / "pods" / NS / "long" / "pid").read_text())
+        pid = int((out_dir(state, "long") / "pid").read_text())
         assert os.path.exists(f"/proc/{pid}")  # the same container, still running
-        assert (state / "pods" / NS / "long" / "starts").read_text() == "x"
+        assert (out_dir(state, "long") / "starts").read_text() == "x"
         url = f"{second['argo_url']}/api/v1/workflows/{NS}"
         stop = requests.put(f"{url}/long/stop", headers=headers, timeout=10)
         assert stop.status_code == 200
         _wait(lambda: _phase(second, "long") == "Failed", timeout_s=30)
-        assert (state / "pods" / NS / "long" / "got-sigterm").exists()
+        assert (out_dir(state, "long") / "got-sigterm").exists()
     finally:
         assert _run(["local", "down", "--state-dir", str(state)]) == 0
+
+
+def test_up_with_preemption_and_an_older_kubernetes(
+    state: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["local", "up", "--port", "0", "--state-dir", str(state)]
+    assert _run([*argv, "--preemption", "--kubernetes-version", "1.32"]) == 0
+    try:
+        printed = dict(line.split(": ", 1) for line in capsys.readouterr().out.splitlines())
+        assert printed["preemption"] == "on" and printed["kubernetes"] == "1.32"
+        headers = {"Authorization": f"Bearer {printed['token']}"}
+        version = requests.get(printed["kube_url"] + "/version", headers=headers, timeout=10)
+        assert version.json()["minor"] == "32"
+        resize = requests.patch(
+            f"{printed['kube_url']}/api/v1/namespaces/{NS}/pods/any/resize",
+            json={},
+            headers={**headers, "Content-Type": "application/strategic-merge-patch+json"},
+            timeout=10,
+        )
+        assert resize.status_code == 404 and resize.json()["kind"] == "Status"
+        assert _run(argv) == 0  # already running: its settings are shown, and that they differ
+        captured = capsys.readouterr()
+        assert "preemption: on" in captured.out and "kubernetes: 1.32" in captured.out
+        assert "it runs with preemption: on, kubernetes: 1.32" in captured.err
+    finally:
+        assert _run(["local", "down", "--state-dir", str(state)]) == 0
+    with pytest.raises(SystemExit):
+        _run([*argv, "--kubernetes-version", "2.1"])
+    assert "--kubernetes-version: must look like 1.35" in capsys.readouterr().err
+
+
+def test_up_prints_the_default_settings(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    info = _up(state, capsys)
+    assert info["preemption"] == "off" and info["kubernetes"] == "1.35"
+    assert json.loads((state / "cluster.json").read_text())["kubernetes_version"] == "1.35"

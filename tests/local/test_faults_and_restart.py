@@ -128,9 +128,11 @@ def test_restart_replans_template_workflows_with_template_defaults(tmp_path: Pat
     spec["arguments"] = {
         "parameters": [{"name": "cpu", "value": "2"}, {"name": "tag", "value": "t"}]
     }
-    spec["templates"][0]["container"]["resources"] = {
-        "requests": {"cpu": "{{workflow.parameters.cpu}}"}
-    }
+    spec["templates"][0]["container"].pop("resources")
+    spec["podSpecPatch"] = (  # quantities are parameterised through podSpecPatch, as in Argo
+        '{"containers": [{"name": "main", "resources": '
+        '{"requests": {"cpu": "{{workflow.parameters.cpu}}"}}}]}'
+    )
     spec["templates"][0]["container"]["args"] = ["{{workflow.parameters.tag}}"]
     first = LocalCluster(cpus=2, state_dir=tmp_path, clock=clock, runner=ScriptedRunner()).start()
     argo = Api(first.argo_url, first.token)

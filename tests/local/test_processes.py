@@ -1,5 +1,8 @@
 """Real local processes: progress file, PATH and cwd, CPU affinity and in-place resize, SIGTERM on
-stop and SIGKILL after the grace period. Wall clock, short runs."""
+stop and SIGKILL after the grace period. Wall clock, short runs.
+
+Each pod works in a hostPath volume (its ``workingDir``), so the test reads what it wrote from the
+host folder: a pod's own file system is gone when it ends, as on Kubernetes."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import pytest
 from qosflow.local import LocalCluster
 
 from .conftest import NS, Api, container_wf
+from .outputs import out_dir, with_output
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +54,9 @@ def _submit(
 ) -> Api:
     argo = Api(cluster.argo_url, cluster.token)
     request = container_wf(name, cpu=cpu, command=["python", "-c", SCRIPT, str(total), mode])
-    assert argo("POST", f"/api/v1/workflows/{NS}", json=request).status_code == 200
+    assert (
+        argo("POST", f"/api/v1/workflows/{NS}", json=with_output(request, name)).status_code == 200
+    )
     return argo
 
 
@@ -74,9 +80,8 @@ def test_process_reports_progress_and_succeeds(real: LocalCluster) -> None:
     wf = real.workflow("ok") or {}
     assert wf["status"]["phase"] == "Succeeded"
     assert wf["status"]["progress"] == "10/10"
-    workdir = _workdir(real, "ok")
-    assert workdir.is_dir()
-    assert Path((workdir / "exe").read_text()).parent == Path(sys.executable).parent
+    assert (_workdir(real, "ok") / "main.log").exists()
+    assert Path((out_dir(real, "ok") / "exe").read_text()).parent == Path(sys.executable).parent
 
 
 @pytest.mark.skipif(
@@ -85,7 +90,7 @@ def test_process_reports_progress_and_succeeds(real: LocalCluster) -> None:
 def test_resize_changes_the_affinity_of_the_running_process(real: LocalCluster) -> None:
     _submit(real, "pin", 400)
     real.wait_until(lambda: _progress(real, "pin") >= 2, timeout_s=60)
-    cpus_file = _workdir(real, "pin") / "cpus"
+    cpus_file = out_dir(real, "pin") / "cpus"
     assert len(cpus_file.read_text().split(",")) == 1
     kube = Api(real.kube_url, real.token)
     body = {
@@ -118,7 +123,7 @@ def test_stop_sends_sigterm_to_the_process(real: LocalCluster) -> None:
     real.wait_until(lambda: _progress(real, "term") >= 3, timeout_s=60)
     assert argo("PUT", f"/api/v1/workflows/{NS}/term/stop").status_code == 200
     real.wait_until(lambda: _phase(real, "term") == "Failed", timeout_s=30)
-    assert (_workdir(real, "term") / "got-sigterm").read_text().startswith("checkpointed at")
+    assert (out_dir(real, "term") / "got-sigterm").read_text().startswith("checkpointed at")
     wf = real.workflow("term") or {}
     assert wf["status"]["message"] == "Stopped with strategy 'Stop'"
     pod = real.pods("term")[0]
@@ -132,7 +137,7 @@ def test_sigkill_after_grace_period(real: LocalCluster) -> None:
     real.wait_until(lambda: _phase(real, "deaf") == "Failed", timeout_s=30)
     pod = real.pods("deaf")[0]
     assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
-    assert not (_workdir(real, "deaf") / "got-sigterm").exists()
+    assert not (out_dir(real, "deaf") / "got-sigterm").exists()
 
 
 def test_server_shutdown_lets_processes_checkpoint(tmp_path: Path) -> None:
@@ -140,7 +145,7 @@ def test_server_shutdown_lets_processes_checkpoint(tmp_path: Path) -> None:
     _submit(cluster, "bye", 2000)
     cluster.wait_until(lambda: _progress(cluster, "bye") >= 2, timeout_s=60)
     cluster.stop()
-    assert (_workdir(cluster, "bye") / "got-sigterm").exists()
+    assert (out_dir(cluster, "bye") / "got-sigterm").exists()
     wf = cluster.workflow("bye") or {}
     assert wf["status"]["phase"] == "Failed"
     assert "the local cluster was shut down" in wf["status"]["message"]
@@ -173,10 +178,12 @@ def test_a_pod_sees_none_of_the_servers_secrets(
     request["workflow"]["spec"]["templates"][0]["container"]["env"] = [
         {"name": "MINE", "value": "declared"}
     ]
-    assert argo("POST", f"/api/v1/workflows/{NS}", json=request).status_code == 200
+    assert (
+        argo("POST", f"/api/v1/workflows/{NS}", json=with_output(request, "env")).status_code == 200
+    )
     real.wait_until(lambda: _phase(real, "env") in ("Succeeded", "Failed"), timeout_s=60)
     assert _phase(real, "env") == "Succeeded"
-    text = (_workdir(real, "env") / "env.json").read_text()
+    text = (out_dir(real, "env") / "env.json").read_text()
     assert "s3cret-token" not in text and "hunter2" not in text
     env = json.loads(text)
     assert "QOSFLOW_LOCAL_TOKEN" not in env and "AIRFLOW_CONN_QOSFLOW_DEFAULT" not in env

@@ -189,11 +189,6 @@ def test_pod_environment_is_only_what_the_pod_declares(tmp_path: Path) -> None:
         "TMPDIR": "/tmp/me",
         "HOSTNAME": "wf-main-1",
         "QOSFLOW_TOTAL_STEPS": "10",
-        "ARGO_PROGRESS_FILE": str(tmp_path / "progress"),
-        "ARGO_POD_NAME": "wf-main-1",
-        "ARGO_CONTAINER_NAME": "main",
-        "ARGO_NODE_ID": "wf-1",
-        "ARGO_WORKFLOW_NAME": "wf",
     }
     bare = pod_environment(launch, {})
     assert bare["LANG"] == "C.UTF-8" and "HOME" not in bare and "TMPDIR" not in bare

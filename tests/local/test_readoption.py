@@ -15,6 +15,7 @@ from qosflow.local import LocalCluster, Script, ScriptedRunner, VirtualClock
 from qosflow.local.supervisor import EXIT_FILE
 
 from .conftest import NS, Api, container_wf
+from .outputs import out_dir, with_output
 
 WORKFLOWS = f"/api/v1/workflows/{NS}"
 RETRY = {"limit": 3, "retryPolicy": "Always", "backoff": {"duration": "1s"}}
@@ -103,12 +104,13 @@ def _submit(
     cluster: LocalCluster, name: str, total: int, code: int = 0, retry: bool = True
 ) -> None:
     command = ["python", "-c", SCRIPT, str(total), str(code)]
-    request = container_wf(name, cpu="1", command=command)
+    request = with_output(container_wf(name, cpu="1", command=command), name)
     request = _training(request) if retry else request
     assert Api(cluster.argo_url, cluster.token)("POST", WORKFLOWS, json=request).status_code == 200
 
 
 def _workdir(cluster: LocalCluster, workflow: str) -> Path:
+    """The pod's folder on the host (the supervisor's files), not the pod's working folder."""
     return cluster.state_dir / "pods" / NS / cluster.pods(workflow)[0]["metadata"]["name"]
 
 
@@ -142,7 +144,7 @@ def test_a_running_pod_is_readopted_after_a_crash(
     clusters.append(first := _cluster(tmp_path / "state"))
     _submit(first, "keep", 40)
     first.wait_until(lambda: _progress(first.workflow("keep"))[0] >= 5, timeout_s=60)
-    workdir = _workdir(first, "keep")
+    workdir = out_dir(first, "keep")
     pid = int((workdir / "pid").read_text())
     first.crash()
     last = _progress(first.workflow("keep"))
@@ -182,7 +184,7 @@ def test_stop_after_a_restart_reaches_the_adopted_container(
     clusters.append(first := _cluster(tmp_path / "state"))
     _submit(first, "halt", 10_000)
     first.wait_until(lambda: _progress(first.workflow("halt"))[0] >= 3, timeout_s=60)
-    workdir = _workdir(first, "halt")
+    workdir = out_dir(first, "halt")
     first.crash()
     clusters.append(second := _cluster(tmp_path / "state"))
     assert Api(second.argo_url, second.token)("PUT", f"{WORKFLOWS}/halt/stop").status_code == 200
@@ -203,9 +205,10 @@ def test_a_pod_that_ended_while_the_server_was_down_gets_its_exit_code(
         lambda: all(_progress(first.workflow(n)) == (3, 3) for n in ("ok", "bad")), timeout_s=60
     )
     workdirs = {n: _workdir(first, n) for n in ("ok", "bad")}
+    outs = {n: out_dir(first, n) for n in ("ok", "bad")}
     first.crash()
-    for workdir in workdirs.values():
-        (workdir / "go").write_text("")
+    for out in outs.values():
+        (out / "go").write_text("")
     first.wait_until(lambda: all((w / EXIT_FILE).exists() for w in workdirs.values()), timeout_s=30)
     clusters.append(second := _cluster(tmp_path / "state"))
     second.wait_until(
@@ -215,4 +218,4 @@ def test_a_pod_that_ended_while_the_server_was_down_gets_its_exit_code(
     assert _progress(second.workflow("ok")) == (3, 3)
     assert _phase(second, "bad") == "Failed" and _terminated(second, "bad")["exitCode"] == 3
     assert (second.workflow("bad") or {})["status"]["message"] == "Error (exit code 3)"
-    assert all((w / "starts").read_text() == "x" for w in workdirs.values())  # none re-run
+    assert all((o / "starts").read_text() == "x" for o in outs.values())  # none re-run

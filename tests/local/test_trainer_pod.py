@@ -1,5 +1,9 @@
 """The reference trainer as a pod of the rendered ``qosflow-train`` WorkflowTemplate: progress,
-stop -> checkpoint -> resubmit with resume -> exactly the requested total steps."""
+stop -> checkpoint -> resubmit with resume -> exactly the requested total steps.
+
+The checkpoints live on a PersistentVolumeClaim the Workflow mounts (``spec.volumes`` and
+``templateDefaults.container.volumeMounts``): a pod's own file system does not outlive it, so a
+checkpoint written anywhere else would be lost, as on Kubernetes."""
 
 from __future__ import annotations
 
@@ -31,14 +35,32 @@ def install(cluster: LocalCluster) -> None:
     )
 
 
-def segment(name: str, checkpoints: Path, *, steps: int, segment: int) -> dict[str, object]:
+CLAIM = "qosflow-checkpoints"
+MOUNT = "/var/lib/qosflow/checkpoints"
+
+
+def create_claim(cluster: LocalCluster) -> Path:
+    """The checkpoint claim, over HTTP; returns its folder on the host."""
+    kube = Api(cluster.kube_url, cluster.token)
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": CLAIM},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+    response = kube("POST", f"/api/v1/namespaces/{NS}/persistentvolumeclaims", json=claim)
+    assert response.status_code == 201, response.text
+    return cluster.state_dir.resolve() / "volumes" / NS / "pvc" / CLAIM
+
+
+def segment(name: str, checkpoints: str, *, steps: int, segment: int) -> dict[str, object]:
     params = {
         "job": "e2e",
         "segment": str(segment),
         "steps": str(steps),
         "units": "1",
         "memory": "256Mi",
-        "checkpoint_dir": str(checkpoints),
+        "checkpoint_dir": checkpoints,
         "checkpoint_every": "5",
         "resume": "auto",
     }
@@ -48,6 +70,10 @@ def segment(name: str, checkpoints: Path, *, steps: int, segment: int) -> dict[s
             "spec": {
                 "workflowTemplateRef": {"name": "qosflow-train"},
                 "arguments": {"parameters": [{"name": k, "value": v} for k, v in params.items()]},
+                "volumes": [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": CLAIM}}],
+                "templateDefaults": {
+                    "container": {"volumeMounts": [{"name": "checkpoints", "mountPath": MOUNT}]}
+                },
             },
         }
     }
@@ -57,9 +83,10 @@ def segment(name: str, checkpoints: Path, *, steps: int, segment: int) -> dict[s
     not (TEMPLATES / "workflow-template.yaml").exists(), reason="templates not rendered"
 )
 def test_trainer_stop_then_resume_finishes_exactly(tmp_path: Path) -> None:
-    checkpoints = tmp_path / "ckpt"
+    checkpoints = f"{MOUNT}/e2e"
     with LocalCluster(cpus=2, state_dir=tmp_path / "state", progress_tick_s=0.1) as cluster:
         install(cluster)
+        claim = create_claim(cluster)
         argo = Api(cluster.argo_url, cluster.token)
         assert (
             argo(
@@ -108,4 +135,14 @@ def test_trainer_stop_then_resume_finishes_exactly(tmp_path: Path) -> None:
         finished = cluster.workflow("e2e-s1") or {}
         assert finished["status"]["phase"] == "Succeeded"
         assert finished["status"]["progress"] == "20/20"
-        assert json.loads((checkpoints / "result.json").read_text())["steps"] == 20
+        assert json.loads((claim / "e2e" / "result.json").read_text())["steps"] == 20
+        pod = cluster.pods("e2e-s1")[0]
+        assert {"name": "checkpoints", "mountPath": MOUNT} in pod["spec"]["containers"][0][
+            "volumeMounts"
+        ]
+        log = Api(cluster.kube_url, cluster.token)(
+            "GET", f"/api/v1/namespaces/{NS}/pods/{pod['metadata']['name']}/log"
+        ).text
+        events = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+        resumed = [e for e in events if e.get("event") == "resume"]
+        assert resumed and resumed[0]["step"] >= 5  # segment 1 went on from segment 0's checkpoint

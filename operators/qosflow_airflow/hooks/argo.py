@@ -6,8 +6,14 @@ Connection fields:
 * ``password`` — bearer token for the Argo Server and the Kubernetes API;
 * extras ``namespace`` (default ``qosflow``), ``kube_url`` (Kubernetes API URL) or ``kubeconfig``
   (path), ``verify_ssl`` (default true), ``ca_cert`` (CA bundle path), ``history_url`` (SQLAlchemy
-  URL of the history store, default ``sqlite:///.qosflow/history.db``), ``checkpoint_root``
-  (directory under which each job keeps its checkpoints, as the training pods see it).
+  URL of the history store, default ``sqlite:///.qosflow/history.db``);
+* cluster-wide defaults for what a job spec leaves unset (:class:`qosflow.core.pod.PodDefaults`):
+  ``image`` (the training image), ``image_pull_secrets`` (a list of Secret names),
+  ``checkpoint_claim`` (a PersistentVolumeClaim every job without ``checkpoint:`` keeps its
+  checkpoints on) and ``checkpoint_path`` (where it is mounted, default
+  ``/var/lib/qosflow/checkpoints``), ``tolerations`` (a list of Kubernetes tolerations),
+  ``node_selector`` (a mapping); and ``gpu_resource`` (the extended resource a GPU is, default
+  ``nvidia.com/gpu``).
 
 Nothing is contacted until :meth:`QosflowArgoHook.get_cluster` is called.
 
@@ -21,13 +27,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseHook
 
 from qosflow.core.errors import SpecError
+from qosflow.core.pod import DEFAULT_CHECKPOINT_PATH, PodDefaults
 
 if TYPE_CHECKING:
     from qosflow.store.history import HistoryStore
@@ -36,7 +43,8 @@ if TYPE_CHECKING:
 DEFAULT_CONN_ID = "qosflow_default"
 DEFAULT_NAMESPACE = "qosflow"
 DEFAULT_HISTORY_URL = "sqlite:///.qosflow/history.db"
-DEFAULT_CHECKPOINT_ROOT = ".qosflow/checkpoints"
+LOCAL_CHECKPOINT_CLAIM = "qosflow-checkpoints"
+"""The claim ``qosflow local up`` (and the demo) create for the local cluster's checkpoints."""
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -54,7 +62,8 @@ class ClusterConfig:
         verify_ssl: Whether TLS certificates are verified.
         ca_cert: CA bundle path, ``None`` for the system store.
         history_url: SQLAlchemy URL of the history store.
-        checkpoint_root: Directory under which each job keeps its checkpoints.
+        defaults: The cluster's defaults for what a job spec leaves unset.
+        gpu_resource: The extended resource a GPU is on this cluster.
     """
 
     argo_url: str
@@ -65,7 +74,8 @@ class ClusterConfig:
     verify_ssl: bool
     ca_cert: str | None
     history_url: str
-    checkpoint_root: str
+    defaults: PodDefaults = field(default_factory=PodDefaults)
+    gpu_resource: str = "nvidia.com/gpu"
 
     def __repr__(self) -> str:
         """Every field but the secrets: no token, the history URL with its password masked."""
@@ -74,7 +84,7 @@ class ClusterConfig:
             f"token={'***' if self.token else None}, kube_url={self.kube_url!r}, "
             f"kubeconfig={self.kubeconfig!r}, verify_ssl={self.verify_ssl!r}, "
             f"ca_cert={self.ca_cert!r}, history_url={masked_url(self.history_url)!r}, "
-            f"checkpoint_root={self.checkpoint_root!r})"
+            f"defaults={self.defaults!r}, gpu_resource={self.gpu_resource!r})"
         )
 
 
@@ -132,6 +142,44 @@ def _text(extras: Mapping[str, Any], key: str) -> str | None:
     return None if value in (None, "") else str(value)
 
 
+def _json_field(extras: Mapping[str, Any], key: str, kind: type) -> Any:
+    """An extra that holds a JSON list or object (given as JSON text or already parsed)."""
+    value = extras.get(key)
+    if value in (None, ""):
+        return kind()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"extra.{key}", f"must be JSON ({exc.msg})") from None
+    if not isinstance(value, kind):
+        raise SpecError(f"extra.{key}", f"must be a JSON {kind.__name__} (got {value!r})")
+    return value
+
+
+def pod_defaults(extras: Mapping[str, Any]) -> PodDefaults:
+    """The cluster-wide job defaults a connection's extras set.
+
+    Raises:
+        SpecError: Naming ``extra.<key>`` when a value has the wrong shape.
+    """
+    secrets = extras.get("image_pull_secrets") or []
+    if isinstance(secrets, str):
+        secrets = [s.strip() for s in secrets.split(",") if s.strip()]
+    tolerations = _json_field(extras, "tolerations", list)
+    if not all(isinstance(t, dict) for t in tolerations):
+        raise SpecError("extra.tolerations", "must be a list of Kubernetes tolerations")
+    selector = _json_field(extras, "node_selector", dict)
+    return PodDefaults(
+        image=_text(extras, "image"),
+        image_pull_secrets=tuple(str(s) for s in secrets),
+        checkpoint_claim=_text(extras, "checkpoint_claim"),
+        checkpoint_path=_text(extras, "checkpoint_path") or DEFAULT_CHECKPOINT_PATH,
+        tolerations=tuple(tolerations),
+        node_selector={str(k): str(v) for k, v in selector.items()},
+    )
+
+
 def config_from_connection(
     *, host: str | None, password: str | None, extra: str | Mapping[str, Any] | None
 ) -> ClusterConfig:
@@ -161,16 +209,22 @@ def config_from_connection(
         verify_ssl=_flag(extras.get("verify_ssl", True), "extra.verify_ssl"),
         ca_cert=_text(extras, "ca_cert"),
         history_url=_text(extras, "history_url") or DEFAULT_HISTORY_URL,
-        checkpoint_root=_text(extras, "checkpoint_root") or DEFAULT_CHECKPOINT_ROOT,
+        defaults=pod_defaults(extras),
+        gpu_resource=_text(extras, "gpu_resource") or "nvidia.com/gpu",
     )
 
 
-def local_connection(local: Any, *, history_url: str, checkpoint_root: str) -> dict[str, Any]:
+def local_connection(local: Any, *, history_url: str) -> dict[str, Any]:
     """The ``qosflow_argo`` connection (as ``AIRFLOW_CONN_*`` JSON) to a running local cluster.
 
     ``local``: a started :class:`qosflow.local.cluster.LocalCluster` (its URLs, token and
-    namespace).
+    namespace). Jobs keep their checkpoints on the claim :data:`LOCAL_CHECKPOINT_CLAIM`, which
+    ``qosflow local up`` creates (:func:`qosflow_argo.installer.Installer.ensure` with a
+    checkpoint claim); the image is the reference trainer's (the local cluster runs the command
+    with this machine's Python and ignores images).
     """
+    from qosflow_argo.manifests import REFERENCE_IMAGE
+
     return {
         "conn_type": "qosflow_argo",
         "host": local.argo_url,
@@ -179,7 +233,8 @@ def local_connection(local: Any, *, history_url: str, checkpoint_root: str) -> d
             "namespace": local.namespace,
             "kube_url": local.kube_url,
             "history_url": history_url,
-            "checkpoint_root": checkpoint_root,
+            "image": REFERENCE_IMAGE,
+            "checkpoint_claim": LOCAL_CHECKPOINT_CLAIM,
         },
     }
 
@@ -196,6 +251,7 @@ def cluster_from_config(config: ClusterConfig) -> ArgoCluster:
         kubeconfig=config.kubeconfig,
         verify=config.verify_ssl,
         ca_cert=config.ca_cert,
+        gpu_resource=config.gpu_resource,
     )
 
 

@@ -17,7 +17,6 @@ names the connection (``conn_id``), never the history store's URL (it may hold a
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -87,8 +86,9 @@ def _job_mapping(job: Mapping[str, Any] | str) -> dict[str, Any] | str:
 
 _NO_UNITS = {
     "cpu": "no node of this cluster offers allocatable CPU",
-    "gpu": "no node of this cluster offers a GPU (allocatable nvidia.com/gpu is 0 or absent): "
-    "run the job on a cluster with GPU nodes (and the device plugin), or set resources.unit: cpu",
+    "gpu": "no node of this cluster offers a GPU (allocatable {gpu} is 0 or absent): run the "
+    "job on a cluster with GPU nodes and their device plugin, set the connection's gpu_resource "
+    "if your GPUs are another vendor's resource, or set resources.unit: cpu",
     "worker": "no node of this cluster can run a worker pod",
 }
 """What the plan step says when the cluster has none of a job's unit (nothing is submitted)."""
@@ -139,7 +139,7 @@ class PlanTrainingOperator(QosflowOperator):
             if isinstance(data, str):
                 data = _read_mapping(data)
             data = {**data, "deadline": resolve_deadline(str(self.deadline), now=now, tz=tz)}
-        return load_job(data, now=now)
+        return load_job(data, now=now, defaults=self.hook.config.defaults)
 
     def execute(self, context: Any) -> dict[str, Any]:
         """Plan; raise ``AirflowFailException`` on bad input or rejection."""
@@ -158,6 +158,7 @@ class PlanTrainingOperator(QosflowOperator):
             raise SpecError("initial_units", f"must be one of {list(res.levels)} (got {forced})")
         run = run_identity(context)
         ident = plan_job_id(spec, run)
+        cluster.check_job(spec, ident)  # an image, a checkpoint volume, valid pod settings
         plan, _active = self._admit(cluster, spec, now, ident)
         verdict = plan.verdict
         self._tell(spec, plan)
@@ -207,7 +208,8 @@ class PlanTrainingOperator(QosflowOperator):
             active = admitted_jobs(cluster, unit=res.unit, exclude=ident, pending={})
             capacity = cluster.capacity(res.unit)
             if capacity.total < 1:
-                raise SpecError("resources.unit", _NO_UNITS[res.unit])
+                gpu = str(getattr(cluster, "gpu_resource", "nvidia.com/gpu"))
+                raise SpecError("resources.unit", _NO_UNITS[res.unit].format(gpu=gpu))
             free = capacity.free + active.held_units + active.own_units  # a re-plan's own
             plan = plan_job(  # the job's own numbers: prediction, schedule, class, offer
                 spec,
@@ -345,8 +347,8 @@ class SubmitTrainingOperator(QosflowOperator):
 
     Args:
         plan_task_id: The plan step's task id.
-        checkpoint_dir: Where the segments keep checkpoints; default
-            ``<connection checkpoint_root>/<job id>`` (the plan's run-unique id).
+        checkpoint_dir: Where the segments keep checkpoints, on the job's checkpoint volume;
+            default ``<checkpoint.path>/<job id>`` (the plan's run-unique id).
         **kwargs: ``conn_id`` and the usual operator arguments.
     """
 
@@ -369,8 +371,9 @@ class SubmitTrainingOperator(QosflowOperator):
     def _submit(self, context: Any, plan: Mapping[str, Any]) -> dict[str, Any]:
         spec = job_from_dict(plan["job"])
         ident = str(plan.get("job_id") or spec.name)
-        root = self.checkpoint_dir or os.path.join(self.hook.config.checkpoint_root, ident)
-        ckpt = root if os.path.isabs(root) else str(Path(root).resolve())
+        if spec.checkpoint is None:  # the plan step refuses such a job; a hand-made XCom
+            raise SpecError("checkpoint", "is required (see the plan step's check)")
+        ckpt = self.checkpoint_dir or spec.checkpoint.folder(ident)
         state = TrainingState(
             job=plan["job"],
             workflow=f"{ident}-s0",

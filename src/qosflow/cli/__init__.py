@@ -8,7 +8,8 @@ Subcommands:
   function and print each decision with its reason;
 * ``local up|down`` — the embedded local cluster (``qosflow.local``);
 * ``simulate`` / ``bound`` — the trace-driven simulator and the offline upper bound (``qosflow.sim``);
-* ``argo render`` — write the Argo/Kubernetes manifests (needs the ``argo`` extra).
+* ``argo render|install|check`` — the install manifests, installing them, checking a cluster
+  (:mod:`qosflow.cli.argo`; needs the ``argo`` extra).
 
 Bad input exits with code 2 and one line on stderr starting ``error:`` — never a traceback.
 """
@@ -28,6 +29,7 @@ from typing import Any, NoReturn
 from rich.console import Console
 from rich.table import Table
 
+from qosflow.cli import argo as argo_commands
 from qosflow.cli.files import read_spec, spec_or_file
 from qosflow.core.errors import QosflowError, SpecError
 from qosflow.core.spec import JobSpec, load_cluster, load_job
@@ -202,98 +204,12 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _argo_render(args: argparse.Namespace) -> int:
-    render = _argo_module("render", "argo render")
-    argv = ["--out", args.out] if args.out else []
-    argv += ["--namespace", args.namespace] if args.namespace else []
-    code: int = render.main([*argv, "--check"] if args.check else argv)
-    return code
-
-
-def _argo_module(name: str, command: str) -> Any:
-    try:
-        return importlib.import_module(f"qosflow_argo.{name}")
-    except ImportError as exc:
-        raise QosflowError(
-            f"`qosflow {command}` needs the argo extra (pip install 'qosflow[argo]'): {exc}"
-        ) from None
-
-
-def _argo_install(args: argparse.Namespace) -> int:
-    code: int = _argo_module("install", "argo install").run(args)
-    return code
-
-
-def _install_on_local(info: dict[str, Any]) -> int:
-    """After ``qosflow local up``: install the WorkflowTemplate and the ladder on it."""
-    try:
-        install = importlib.import_module("qosflow_argo.install")
-    except ImportError:  # the argo extra is not installed: nothing would use the template
-        print("note: without the argo extra nothing was installed on the local cluster")
-        return 0
-    args = argparse.Namespace(
-        argo_url=info["argo_url"], kube_url=info["kube_url"], namespace=info["namespace"],
-        token=str(info["token"]), dry_run=False,
-    )  # fmt: skip
-    code: int = install.run(args)
-    return code
-
-
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one ``error:`` line and exit code 2."""
 
     def error(self, message: str) -> NoReturn:
         """Print ``error: <prog>: <message>`` on stderr and exit 2 (no usage block)."""
         self.exit(2, f"error: {self.prog}: {message}\n")
-
-
-def _add_argo(sub: Any) -> None:
-    """``qosflow argo render`` and ``qosflow argo install``."""
-    argo = sub.add_parser("argo", help="Argo manifests").add_subparsers(
-        dest="argo_command", required=True
-    )
-    render = argo.add_parser(
-        "render",
-        help="write the install manifests (workflow-template, priority-classes, rbac .yaml)",
-        description="Write workflow-template.yaml, priority-classes.yaml and rbac.yaml, each "
-        "validated, to the --out directory.",
-    )
-    render.add_argument(
-        "--out",
-        metavar="DIR",
-        help="directory to write (or, with --check, to compare); default: the checkout's "
-        "argo_templates/ when run from a source checkout, else the current directory",
-    )
-    render.add_argument(
-        "--namespace",
-        metavar="NS",
-        help="namespace of the WorkflowTemplate and the RBAC (default: qosflow)",
-    )
-    render.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 1 when a file in the --out directory is missing or stale",
-    )
-    render.set_defaults(func=_argo_render)
-    install = argo.add_parser(
-        "install",
-        help="install (or --dry-run: report) the WorkflowTemplate and the PriorityClass ladder",
-        description="Create or update qosflow's WorkflowTemplate and PriorityClass ladder on the "
-        "cluster the flags or QOSFLOW_ARGO_URL, QOSFLOW_ARGO_TOKEN, QOSFLOW_KUBE_URL (or "
-        "KUBECONFIG) and QOSFLOW_NAMESPACE point at. Idempotent; prints one line per object. "
-        "The RBAC (argo_templates/rbac.yaml) is applied by an administrator with kubectl.",
-    )
-    install.add_argument("--argo-url", help="Argo Server URL (default: $QOSFLOW_ARGO_URL)")
-    install.add_argument(
-        "--kube-url", help="Kubernetes API URL (default: $QOSFLOW_KUBE_URL, else KUBECONFIG)"
-    )
-    install.add_argument(
-        "--namespace", help="namespace of the template (default: $QOSFLOW_NAMESPACE or qosflow)"
-    )
-    install.add_argument(
-        "--dry-run", action="store_true", help="read only: print what an install would do"
-    )
-    install.set_defaults(func=_argo_install)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -328,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     replay.set_defaults(func=_replay)
 
-    _add_argo(sub)
+    argo_commands.add_subcommands(sub)
 
     for module in ("qosflow.local.cli", "qosflow.cli.simulate"):
         try:
@@ -336,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
         except ImportError:  # pragma: no cover - optional parts not built into this install
             continue
         if module == "qosflow.local.cli":
-            mod.add_subcommands(sub, on_up=_install_on_local)
+            mod.add_subcommands(sub, on_up=argo_commands.install_on_local)
         else:
             mod.add_subcommands(sub)
     return parser

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from qosflow.core.pod import Checkpoint, PodSettings
 from qosflow.core.spec import Unit
 from qosflow.core.usage import UsageReport
 
@@ -71,13 +72,15 @@ class SubmitRequest:
         resume: Resume from the newest checkpoint.
         priority_class: Kubernetes PriorityClass name for the pod.
         priority: Argo ``spec.priority`` (orders waiting workflows).
-        image: Container image.
+        image: Container image (``None``: none was named; the submit is refused).
         command: Container command.
         memory_per_unit: Memory per unit (Kubernetes quantity).
         deadline: Job deadline, epoch seconds (``inf`` for best effort).
         checkpoint_dir: Where the trainer keeps checkpoints (shared by all segments).
         checkpoint_every_steps: Checkpoint interval.
         plan: JSON text of the plan, stored as an annotation.
+        pod: The pods' Kubernetes settings (environment, volumes, placement...).
+        checkpoint: The volume ``checkpoint_dir`` lies on (mounted at ``checkpoint.path``).
     """
 
     job: str
@@ -88,13 +91,15 @@ class SubmitRequest:
     resume: bool
     priority_class: str
     priority: int
-    image: str
+    image: str | None
     command: tuple[str, ...]
     memory_per_unit: str
     deadline: float
     checkpoint_dir: str
     checkpoint_every_steps: int
     plan: str = "{}"
+    pod: PodSettings = field(default_factory=PodSettings)
+    checkpoint: Checkpoint | None = None
 
     @property
     def name(self) -> str:

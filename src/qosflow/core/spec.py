@@ -12,7 +12,7 @@ import itertools
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
@@ -28,6 +28,8 @@ from pydantic import (
 )
 
 from qosflow.core.errors import SpecError
+from qosflow.core.pod import Checkpoint, PodDefaults, PodSettings, checkpoint_problem, with_defaults
+from qosflow.core.pod_model import CheckpointModel, PodModel
 
 Unit = Literal["cpu", "gpu", "worker"]
 IfNotGuaranteed = Literal["run_best_effort", "reject"]
@@ -139,10 +141,13 @@ class JobSpec:
         if_not_guaranteed: What to do when admission cannot guarantee the deadline.
         margin_seconds: Absolute safety margin before the deadline.
         dwell_seconds: Minimum time between two rescales, and how long a decision must hold.
-        image: Container image of the training step.
+        image: Container image of the training step (``None``: the connection's default image).
         command: Command of the training step (the reference trainer by default).
         step_seconds_estimate: The user's estimate of seconds per step at ``resources.min`` units,
             used only while neither history nor progress is known (``None``: probe first).
+        pod: The pods' Kubernetes settings (environment, volumes, placement...).
+        checkpoint: The volume the checkpoints live on (``None``: not declared; a job must have
+            one before it is submitted, :func:`qosflow.core.pod.checkpoint_problem`).
     """
 
     name: str
@@ -156,9 +161,11 @@ class JobSpec:
     if_not_guaranteed: IfNotGuaranteed
     margin_seconds: float
     dwell_seconds: float
-    image: str
+    image: str | None
     command: tuple[str, ...]
     step_seconds_estimate: float | None = None
+    pod: PodSettings = field(default_factory=PodSettings)
+    checkpoint: Checkpoint | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,9 +255,11 @@ class JobModel(_Strict):
     if_not_guaranteed: IfNotGuaranteed = "run_best_effort"
     margin_seconds: Seconds = Field(default=30.0, ge=0, allow_inf_nan=False)
     dwell_seconds: Seconds = Field(default=60.0, ge=0, allow_inf_nan=False)
-    image: str = Field(default="python:3.11-slim", min_length=1)
+    image: str | None = Field(default=None, min_length=1)
     command: list[str] = Field(default_factory=lambda: ["python", "-m", "qosflow_trainer"])
     step_seconds_estimate: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
+    pod: PodModel = Field(default_factory=PodModel)
+    checkpoint: CheckpointModel | None = None
 
     @field_validator("name")
     @classmethod
@@ -291,8 +300,23 @@ class JobModel(_Strict):
             raise ValueError("must be a non-empty list of non-empty strings")
         return value
 
-    def to_spec(self, now: datetime) -> JobSpec:
-        """Resolve relative deadlines against ``now`` and freeze."""
+    def to_spec(self, now: datetime, defaults: PodDefaults | None = None) -> JobSpec:
+        """Resolve relative deadlines against ``now``, fill the cluster's defaults, and freeze.
+
+        Raises:
+            SpecError: A deadline before ``now``, or pod settings that break a rule (a declared
+                checkpoint volume that would lose the checkpoints, say).
+        """
+        pod = self.pod.to_settings()
+        checkpoint = None if self.checkpoint is None else self.checkpoint.to_checkpoint(pod)
+        if checkpoint is not None:
+            problem = checkpoint_problem(pod, checkpoint)
+            if problem is not None:
+                raise problem
+        image = self.image
+        if defaults is not None:
+            pod, checkpoint = with_defaults(pod, checkpoint, defaults)
+            image = image or defaults.image
         res = self.resources
         levels = tuple(res.levels) if res.levels is not None else tuple(range(res.min, res.max + 1))
         if isinstance(self.deadline, str):
@@ -317,9 +341,11 @@ class JobModel(_Strict):
             if_not_guaranteed=self.if_not_guaranteed,
             margin_seconds=self.margin_seconds,
             dwell_seconds=self.dwell_seconds,
-            image=self.image,
+            image=image,
             command=tuple(self.command),
             step_seconds_estimate=self.step_seconds_estimate,
+            pod=pod,
+            checkpoint=checkpoint,
         )
 
 
@@ -340,7 +366,7 @@ class ClusterModel(_Strict):
 
 def _first_error(exc: ValidationError) -> SpecError:
     err = exc.errors()[0]
-    path = ".".join(str(p) for p in err["loc"])
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
     kind, ctx, got = err["type"], err.get("ctx", {}), err.get("input")
     rules: dict[str, Callable[[], str]] = {
         "greater_than_equal": lambda: f"must be >= {ctx.get('ge')} (got {got!r})",
@@ -374,7 +400,7 @@ def _as_mapping(data: Any, what: str) -> dict[str, Any]:
     return data
 
 
-def load_job(data: Any, *, now: datetime) -> JobSpec:
+def load_job(data: Any, *, now: datetime, defaults: PodDefaults | None = None) -> JobSpec:
     """Validate a job spec (a mapping of fields) and freeze it.
 
     Reading a spec file is the front end's job (``qosflow.cli.files.read_spec``).
@@ -382,6 +408,8 @@ def load_job(data: Any, *, now: datetime) -> JobSpec:
     Args:
         data: A mapping of the spec's fields.
         now: Submission time; relative deadlines (``PT4H``) count from it.
+        defaults: The cluster's defaults for what the spec leaves unset (image, checkpoint
+            claim, tolerations...), from the Airflow connection.
 
     Returns:
         The frozen :class:`JobSpec`.
@@ -396,7 +424,7 @@ def load_job(data: Any, *, now: datetime) -> JobSpec:
         raise _first_error(exc) from None
     if now.tzinfo is None:
         raise SpecError("now", "must be timezone-aware")
-    return model.to_spec(now)
+    return model.to_spec(now, defaults)
 
 
 def load_cluster(data: Any) -> ClusterSpec:

@@ -1,5 +1,8 @@
 """The local-cluster daemon: ``python -m qosflow.local --cpus N --port P --state-dir D``.
 
+Also ``--preemption`` and ``--kubernetes-version 1.N`` (:class:`~qosflow.local.LocalCluster`'s
+``preemption`` and ``kubernetes_version``), recorded in ``cluster.json``.
+
 Started by ``qosflow local up``; writes ``<state-dir>/cluster.json`` once serving and stops cleanly
 on SIGTERM or SIGINT, removing ``cluster.json`` however the shutdown goes. One daemon per state
 directory (a lock on ``<state-dir>/.lock``; a second one exits with an error). The bearer token is
@@ -19,8 +22,9 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from qosflow.local.cli import INFO_FILE, stored_token, write_info
+from qosflow.local.cli import INFO_FILE, kubernetes_version, stored_token, write_info
 from qosflow.local.cluster import LocalCluster
+from qosflow.local.kube_version import DEFAULT_KUBERNETES_VERSION
 from qosflow.local.supervisor import process_start_ticks
 
 TOKEN_ENV = "QOSFLOW_LOCAL_TOKEN"
@@ -35,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", default=".qosflow/local")
     parser.add_argument("--token", default="", help=f"bearer token (default: ${TOKEN_ENV})")
     parser.add_argument("--progress-tick", type=float, default=1.0)
+    parser.add_argument("--preemption", action="store_true")
+    parser.add_argument(
+        "--kubernetes-version", type=kubernetes_version, default=DEFAULT_KUBERNETES_VERSION
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -62,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         token=token,
         port=args.port,
         progress_tick_s=args.progress_tick,
+        preemption=args.preemption,
+        kubernetes_version=args.kubernetes_version,
     )
     try:
         cluster.start()
@@ -76,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                 "token": token,
                 "state_dir": str(state_dir),
                 "cpus": args.cpus,
+                "preemption": args.preemption,
+                "kubernetes_version": args.kubernetes_version,
+                "isolation": cluster.isolation,
             },
         )
         print(f"serving argo={cluster.argo_url} kube={cluster.kube_url}", flush=True)

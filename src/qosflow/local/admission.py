@@ -4,8 +4,12 @@ The controller parses quantities, retry settings and ``podSpecPatch`` on every t
 cannot parse must be refused where it comes in, naming the field, never met later (where it would
 stop every tick). So:
 
-* :func:`check_spec_literals` checks a workflow's or template's literal values at create (values
-  with ``{{...}}`` are checked after substitution, by :func:`check_step` when the plan is made);
+* :func:`check_spec_literals` checks a workflow's or template's values at create. A container's
+  resource quantities must be literal quantities, as Argo's server decodes them into
+  ``resource.Quantity`` (``{{...}}`` is refused with Go's message: parameterise resources with a
+  ``podSpecPatch``); other values with ``{{...}}`` are checked after substitution, by
+  :func:`check_step` when the plan is made; the fields the pods get (volumes, mounts, env
+  sources, node selection) must have their Go types (:func:`check_pod_fields`);
 * :func:`check_pod` is the API server's validation of the pods the controller creates (a failure is
   a pod-creation error: the node goes Error, as upstream);
 * :func:`stored_problem` checks every object of ``state.json`` at start-up (the store quarantines
@@ -20,11 +24,58 @@ from typing import Any
 import yaml
 
 from qosflow.local.names import name_problem, namespace_problem
+from qosflow.local.pod_validation import pod_causes
 from qosflow.local.quantity import parse as parse_quantity
 from qosflow.local.shapes import POD, PRIORITY_CLASS, STORED_WORKFLOW, ShapeError, check
 from qosflow.local.status import ApiError, invalid
 
 Obj = dict[str, Any]
+_STRINGS = ("map", "string")
+_KEY_REF = {"name": "string", "key": "string", "optional": "bool"}
+_ENV_SOURCE = {"name": "string", "optional": "bool"}
+_CONTAINER_FIELDS = {
+    "env": (
+        "list",
+        {
+            "name": "string",
+            "value": "string",
+            "valueFrom": {
+                "configMapKeyRef": _KEY_REF,
+                "secretKeyRef": _KEY_REF,
+                "fieldRef": {"apiVersion": "string", "fieldPath": "string"},
+                "resourceFieldRef": {
+                    "containerName": "string",
+                    "resource": "string",
+                    "divisor": "quantity",
+                },
+            },
+        },
+    ),
+    "envFrom": (
+        "list",
+        {"prefix": "string", "configMapRef": _ENV_SOURCE, "secretRef": _ENV_SOURCE},
+    ),
+    "volumeMounts": (
+        "list",
+        {"name": "string", "mountPath": "string", "subPath": "string", "readOnly": "bool"},
+    ),
+    "workingDir": "string",
+}
+_POD_FIELDS = {
+    "volumes": ("list", {"name": "string"}),
+    "nodeSelector": _STRINGS,
+    "affinity": {},
+    "tolerations": ("list", {"key": "string", "operator": "string", "value": "string"}),
+    "serviceAccountName": "string",
+    "container": _CONTAINER_FIELDS,
+}
+_SPEC_FIELDS = {
+    **_POD_FIELDS,
+    "imagePullSecrets": ("list", {"name": "string"}),
+    "podMetadata": {"labels": _STRINGS, "annotations": _STRINGS},
+    "templateDefaults": _POD_FIELDS,
+    "templates": ("list", _POD_FIELDS),
+}
 _GO_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _INTEGER = re.compile(r"^[+-]?\d+$")
@@ -135,14 +186,21 @@ def check_step(template: Obj, where: str) -> None:
 
 
 def check_spec_literals(spec: Obj) -> None:
-    """The literal (unsubstituted) values of a workflow or template spec that must parse (400)."""
+    """The values of a workflow or template spec that must parse as sent (400)."""
     pod_spec_patch(spec.get("podSpecPatch"), "spec.podSpecPatch", literal_only=True)
-    for template in spec.get("templates") or []:
-        where = f"templates.{template.get('name', '')}"
+    check_pod_fields(spec)
+    defaults = spec.get("templateDefaults")
+    named = [(f"templates.{t.get('name', '')}", t) for t in spec.get("templates") or []]
+    for where, template in [*named, *([("templateDefaults", defaults)] if defaults else [])]:
         resources = (template.get("container") or {}).get("resources")
-        check_quantities(resources, f"{where}.container.resources", literal_only=True)
+        check_quantities(resources, f"{where}.container.resources")
         check_retry(template.get("retryStrategy"), f"{where}.retryStrategy", literal_only=True)
         pod_spec_patch(template.get("podSpecPatch"), f"{where}.podSpecPatch", literal_only=True)
+
+
+def check_pod_fields(spec: Obj) -> None:
+    """The Go types of the fields the pods get (400 like Go's decoder)."""
+    check(spec, _SPEC_FIELDS, "WorkflowSpec")
 
 
 def container_causes(index: int, container: Any) -> list[tuple[str, str]]:
@@ -192,6 +250,7 @@ def check_pod(pod: Obj) -> None:
         causes.append(("spec.containers", "Required value"))
     for index, container in enumerate(containers):
         causes.extend(container_causes(index, container))
+    causes.extend(pod_causes(pod.get("spec") or {}))
     if causes:
         raise invalid("Pod", name, causes)
 

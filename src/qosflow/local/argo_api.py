@@ -19,6 +19,7 @@ from typing import Any
 from qosflow.local.clock import Clock, rfc3339
 from qosflow.local.controller import Controller, workflow_finished
 from qosflow.local.names import name_problem, namespace_problem
+from qosflow.local.namespaces import ensure_namespace
 from qosflow.local.pods import LABEL_WORKFLOW
 from qosflow.local.query import apply_fields, field_selector, label_selector, page
 from qosflow.local.shapes import CREATE_REQUEST, SUBMIT_REQUEST, TEMPLATE_REQUEST, check
@@ -186,6 +187,7 @@ class ArgoApi:
             raise already_exists("workflows", wf["metadata"]["name"], group=GROUP)
         wf["status"] = {"startedAt": None, "finishedAt": None}
         if not body.get("serverDryRun"):
+            ensure_namespace(self.store, now, ns)
             self.store.put(wf)
             self.wake()
         return 200, snapshot(wf)
@@ -331,6 +333,7 @@ class ArgoApi:
             return 200, doc
         if self.store.get("WorkflowTemplate", ns, doc["metadata"]["name"]) is not None:
             raise already_exists("workflowtemplates", doc["metadata"]["name"], group=GROUP)
+        ensure_namespace(self.store, self.clock.now(), ns)
         self.store.put(doc)
         return 200, snapshot(doc)
 

@@ -1,7 +1,9 @@
 """``qosflow local up|down``: the local cluster as a background daemon.
 
 ``up`` starts ``python -m qosflow.local`` in its own session, waits until it has written
-``<state-dir>/cluster.json`` (pid, URLs, token, namespace), and prints those values. The token is
+``<state-dir>/cluster.json`` (pid, URLs, token, namespace, settings), and prints those values,
+with the settings (``preemption: on|off``, ``kubernetes: 1.35``; ``--preemption`` and
+``--kubernetes-version`` choose them). The token is
 kept in ``<state-dir>/token`` (mode 0600), so a restart of the same state directory keeps it
 (``--token`` or ``QOSFLOW_LOCAL_TOKEN`` choose one). ``down`` sends the daemon SIGTERM (running pods
 are stopped, the state is saved) and waits for it to exit, SIGKILLing it after a timeout; it never
@@ -24,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from qosflow.local.errors import LocalClusterError
+from qosflow.local.kube_version import DEFAULT_KUBERNETES_VERSION, kubernetes_minor
 from qosflow.local.supervisor import process_start_ticks
 
 DEFAULT_STATE_DIR = Path(".qosflow/local")
@@ -108,6 +112,38 @@ def stored_token(state_dir: Path, given: str = "") -> str:
 def _print_info(info: dict[str, Any]) -> None:
     for key in ("pid", "argo_url", "kube_url", "namespace", "token", "state_dir"):
         print(f"{key}: {info[key]}")
+    print(f"preemption: {'on' if info.get('preemption') else 'off'}")
+    print(f"kubernetes: {info.get('kubernetes_version') or DEFAULT_KUBERNETES_VERSION}")
+    isolation = info.get("isolation", "private")
+    print(
+        f"pod file systems: {isolation}"
+        + (
+            " (no mount namespaces here: pods share this machine's files; see docs/local-cluster.md)"
+            if isolation == "shared"
+            else ""
+        )
+    )
+
+
+def _settings_differ(info: dict[str, Any], args: argparse.Namespace) -> str:
+    """What the running daemon does differently from what ``up`` was asked (empty if nothing)."""
+    wanted = {
+        "preemption": "on" if getattr(args, "preemption", False) else "off",
+        "kubernetes": getattr(args, "kubernetes_version", DEFAULT_KUBERNETES_VERSION),
+    }
+    running = {
+        "preemption": "on" if info.get("preemption") else "off",
+        "kubernetes": info.get("kubernetes_version") or DEFAULT_KUBERNETES_VERSION,
+    }
+    return ", ".join(f"{k}: {running[k]}" for k in wanted if wanted[k] != running[k])
+
+
+def kubernetes_version(text: str) -> str:
+    """Argparse type of ``--kubernetes-version``: ``1.N`` (normalised, e.g. ``v1.32`` -> ``1.32``)."""
+    try:
+        return f"1.{kubernetes_minor(text)}"
+    except LocalClusterError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
 
 
 def up(args: argparse.Namespace, on_up: Callable[[dict[str, Any]], int] | None = None) -> int:
@@ -117,6 +153,12 @@ def up(args: argparse.Namespace, on_up: Callable[[dict[str, Any]], int] | None =
     if info is not None:
         print("the local cluster is already running")
         _print_info(info)
+        differ = _settings_differ(info, args)
+        if differ:
+            print(
+                f"note: it runs with {differ}; `qosflow local down` first to change that",
+                file=sys.stderr,
+            )
         return on_up(info) if on_up is not None else 0
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / INFO_FILE).unlink(missing_ok=True)
@@ -130,7 +172,11 @@ def up(args: argparse.Namespace, on_up: Callable[[dict[str, Any]], int] | None =
         str(args.port),
         "--state-dir",
         str(state_dir),
+        "--kubernetes-version",
+        str(getattr(args, "kubernetes_version", DEFAULT_KUBERNETES_VERSION)),
     ]
+    if getattr(args, "preemption", False):
+        command.append("--preemption")
     env = dict(os.environ)
     if getattr(args, "token", ""):
         env["QOSFLOW_LOCAL_TOKEN"] = args.token  # not in argv: other users can read that
@@ -234,6 +280,19 @@ def add_subcommands(sub: Any, *, on_up: Callable[[dict[str, Any]], int] | None =
         default="",
         help="bearer token (default: $QOSFLOW_LOCAL_TOKEN, else the one stored in the state "
         "directory, else a new random one)",
+    )
+    start.add_argument(
+        "--preemption",
+        action="store_true",
+        help="pending pods evict lower-priority running pods, as the Kubernetes scheduler does "
+        "(default: off, a pending pod waits)",
+    )
+    start.add_argument(
+        "--kubernetes-version",
+        type=kubernetes_version,
+        default=DEFAULT_KUBERNETES_VERSION,
+        help=f"Kubernetes version to emulate (default {DEFAULT_KUBERNETES_VERSION}); before 1.33 "
+        "there is no in-place resize (pods/resize), so jobs rescale by checkpoint-restart",
     )
     start.set_defaults(func=lambda args: up(args, on_up))
     stop = verbs.add_parser("down", help="stop the local cluster")

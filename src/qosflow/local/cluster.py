@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from qosflow.local.access import Access
 from qosflow.local.admission import stored_problem
 from qosflow.local.argo_api import ArgoApi
 from qosflow.local.body import MAX_BODY_BYTES, READ_TIMEOUT_S
@@ -33,8 +34,11 @@ from qosflow.local.controller import Controller
 from qosflow.local.errors import LocalClusterError
 from qosflow.local.faults import FaultPlan
 from qosflow.local.kube_api import KubeApi
+from qosflow.local.kube_version import DEFAULT_KUBERNETES_VERSION, kubernetes_minor
 from qosflow.local.node import Node
+from qosflow.local.objects import stored_problem as object_problem
 from qosflow.local.runner import ProcessRunner, Runner
+from qosflow.local.sandbox import AUTO, SHARED, choose
 from qosflow.local.server import Listener
 from qosflow.local.store import Obj, Store, snapshot
 from qosflow.local.watch import WatchHub
@@ -53,7 +57,9 @@ class LocalCluster:
     Args:
         cpus: Allocatable CPUs of the one node (may exceed the host's; cores are then shared).
         state_dir: Where state, pod directories and logs live (a temporary directory when None).
-        token: Bearer token both APIs accept.
+        token: The admin bearer token both APIs accept (``system:masters``: allowed everything).
+            ServiceAccount tokens (:meth:`token_for`, the TokenRequest API) are accepted too,
+            and may do what the stored RBAC grants them.
         port: Argo Server port (Kubernetes API on ``port + 1``); 0 picks free ports.
         clock: Time source; a ``VirtualClock`` makes ticks explicit.
         runner: How containers run (real processes by default; ``ScriptedRunner`` in tests).
@@ -70,6 +76,12 @@ class LocalCluster:
             only with the default process runner. :attr:`weighted` tells whether it is on.
         read_timeout_s: Time a request body may take to arrive (408 after it).
         max_body_bytes: Largest request body the listeners accept (413 above it).
+        isolation: Pod file systems of the process runner: ``auto`` (private where this host
+            allows mount namespaces, else ``shared``, with a warning), ``private`` (an error
+            when the host cannot) or ``shared`` (pods share the host's file system, volume
+            paths rewritten; see :mod:`qosflow.local.sandbox`). :attr:`isolation` tells which.
+        kubernetes_version: The Kubernetes version the API emulates (``/version``); before
+            ``1.33`` there is no ``pods/{name}/resize`` (404), so clients rescale by restarting.
     """
 
     def __init__(
@@ -91,6 +103,8 @@ class LocalCluster:
         cpu_weights: bool = True,
         read_timeout_s: float = READ_TIMEOUT_S,
         max_body_bytes: int = MAX_BODY_BYTES,
+        isolation: str = AUTO,
+        kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
     ) -> None:
         if cpus < 1:
             raise LocalClusterError(f"cpus: must be >= 1 (got {cpus})")
@@ -105,12 +119,21 @@ class LocalCluster:
         if runner is None and cpu_weights:
             digest = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:12]
             self.weights = CpuWeights.detect(digest, cpus)
-        self.runner: Runner = runner or ProcessRunner(self.weights)
+        self.isolation = SHARED  # what a scripted or custom runner gets: nothing is isolated
+        if runner is None:
+            self.isolation = choose(isolation, self.state_dir)
+            hide = (self.state_dir.resolve(),)
+            runner = ProcessRunner(self.weights, isolation=self.isolation, hide=hide)
+        self.runner: Runner = runner
         self.progress_tick_s = progress_tick_s
         self.faults = faults or FaultPlan()
         self.namespace = namespace
         self.http_limits = {"read_timeout_s": read_timeout_s, "max_body_bytes": max_body_bytes}
-        self.store = Store(self.state_dir, validate=stored_problem)
+        kubernetes_minor(kubernetes_version)  # a bad version fails here, not at start
+        self.kubernetes_version = kubernetes_version
+        self.preemption = preemption
+        self.store = Store(self.state_dir, validate=lambda o: object_problem(o, stored_problem))
+        self.access = Access(self.store, self.clock, token)
         host = tuple(sorted(os.sched_getaffinity(0)))
         self._wake = threading.Event()
         self.node = Node(
@@ -152,7 +175,15 @@ class LocalCluster:
         """
         with self.store.lock:
             self.node.recover(self.clock.now())
-            kube = KubeApi(self.store, self.clock, self.node, self.wake, self.namespace)
+            kube = KubeApi(
+                self.store,
+                self.clock,
+                self.node,
+                self.wake,
+                self.namespace,
+                access=self.access,
+                kubernetes_version=self.kubernetes_version,
+            )
             argo = ArgoApi(self.store, self.clock, self.controller, self.wake, self.watches)
             try:
                 self.controller.tick(self.clock.now())
@@ -160,7 +191,14 @@ class LocalCluster:
                 _LOG.exception("the first tick after start failed")
         self.store.save(force=True)
         self._argo = Listener(
-            "argo", argo.routes(), self.store, self.token, self.faults, self.port, **self.limits()
+            "argo",
+            argo.routes(),
+            self.store,
+            self.token,
+            self.faults,
+            self.port,
+            gate=self.access.gate("argo"),
+            **self.limits(),
         )
         self._kube = Listener(
             "kube",
@@ -169,6 +207,7 @@ class LocalCluster:
             self.token,
             self.faults,
             self.port + 1 if self.port else 0,
+            gate=self.access.gate("kube"),
             **self.limits(),
         )
         self._argo.start()
@@ -267,6 +306,29 @@ class LocalCluster:
         if self._kube is None:
             raise LocalClusterError("the local cluster is not started")
         return self._kube.url
+
+    def token_for(
+        self, namespace: str, service_account: str, expiration_s: int | None = None
+    ) -> str:
+        """A bearer token of the ServiceAccount ``namespace/service_account`` (test hook).
+
+        What ``kubectl create token`` gives, without the TokenRequest round trip: both listeners
+        accept it, and RBAC decides what it may do. It never expires unless ``expiration_s`` is
+        given; it stops working when the ServiceAccount is deleted. Kept (as a hash) across
+        restarts of the same state directory.
+
+        Raises:
+            LocalClusterError: When the ServiceAccount does not exist.
+        """
+        with self.store.lock:
+            account = self.store.get("ServiceAccount", namespace, service_account)
+            if account is None:
+                raise LocalClusterError(
+                    f'serviceaccounts "{service_account}" not found in namespace {namespace}'
+                )
+            token, _ = self.access.tokens.issue(namespace, account, expiration_s)
+        self.store.save()
+        return token
 
     def wake(self) -> None:
         """Run a tick soon (wall-clock mode); a no-op with a virtual clock."""

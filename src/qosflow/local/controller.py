@@ -41,6 +41,24 @@ PROGRESS_ANNOTATION = "workflows.argoproj.io/progress"
 _LOG = logging.getLogger(__name__)
 
 
+def pending_reason(pod: Obj) -> str:
+    """Why a pod is Pending, as Argo's ``getPendingReason`` reads it.
+
+    A waiting container first (``CreateContainerConfigError: secret "x" not found``), then an
+    ``Unschedulable`` condition (``Unschedulable: 0/1 nodes are available: ...``).
+    """
+    status = pod.get("status") or {}
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting is not None:
+            reason = str(waiting.get("reason") or "")
+            return f"{reason}: {waiting['message']}" if waiting.get("message") else reason
+    for cond in status.get("conditions") or []:
+        if cond.get("reason") == "Unschedulable":
+            return f"Unschedulable: {cond['message']}" if cond.get("message") else "Unschedulable"
+    return ""
+
+
 def workflow_finished(wf: Obj) -> bool:
     """Whether a workflow reached a terminal phase."""
     return (wf.get("status") or {}).get("phase") in DONE
@@ -307,7 +325,7 @@ class Controller:
         if step.node_name != wf_name:
             node["boundaryID"] = wf_name
         try:
-            pod = build_pod(self.store, wf, p.spec, step, rfc3339(now) or "", self.node.grace_s)
+            pod = build_pod(self.store, wf, step, rfc3339(now) or "", self.node.grace_s)
         except ApiError as exc:
             node.update(phase="Error", message=exc.message, finishedAt=rfc3339(now))
             return node
@@ -355,11 +373,9 @@ class Controller:
         if progress is not None:
             node["progress"] = progress
         if phase == "Pending":
-            scheduled = next(
-                (c for c in pstatus.get("conditions") or [] if c["type"] == "PodScheduled"), None
-            )
-            if scheduled and scheduled.get("status") == "False":
-                node["message"] = f"{scheduled.get('reason')}: {scheduled.get('message')}"
+            reason = pending_reason(pod)
+            if reason:
+                node["message"] = reason
             return
         node["hostNodeName"] = NODE_NAME
         node.pop("message", None)

@@ -1,11 +1,15 @@
-"""The emulated Kubernetes API subset: nodes, pods (+ resize), PriorityClasses, Workflow CRs.
+"""The emulated Kubernetes API subset: nodes, pods (+ resize), PriorityClasses, Workflow CRs...
 
-Only what qosflow's client touches, with the real status codes and ``Status`` bodies. Resize
-validation lives in :mod:`qosflow.local.resize`, PriorityClasses in
-:mod:`qosflow.local.priority_classes`; the Workflow custom resource takes merge or JSON patches
-only (strategic merge answers 415) and shares the store with the Argo side. Every patched object
-is checked for the types the controller reads before it is stored (a CRD-style 422 for a Workflow,
-the decoder's 400 for a pod), and numeric query parameters are checked (400 naming them).
+... and the plain objects and reviews of installs (ConfigMaps, Secrets, PVCs, ServiceAccounts,
+RBAC, namespaces, StorageClasses, self reviews, TokenRequest). What qosflow's client and its install touch, with the real status codes and ``Status`` bodies, as
+Kubernetes ``kubernetes_version`` answers them (``/version``; before 1.33 there is no
+``pods/{name}/resize``, so a resize is a 404). Resize validation lives in
+:mod:`qosflow.local.resize`, PriorityClasses in :mod:`qosflow.local.priority_classes`, plain
+objects in :mod:`qosflow.local.objects`, reviews and tokens in :mod:`qosflow.local.reviews`; the
+Workflow custom resource takes merge or JSON patches only (strategic merge answers 415) and shares
+the store with the Argo side. Every patched object is checked for the types the controller reads
+before it is stored (a CRD-style 422 for a Workflow, the decoder's 400 for a pod), and numeric
+query parameters are checked (400 naming them).
 """
 
 from __future__ import annotations
@@ -14,17 +18,30 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from qosflow.local.clock import Clock
+from qosflow.local.access import Access
+from qosflow.local.clock import Clock, rfc3339
 from qosflow.local.errors import LocalClusterError
+from qosflow.local.kinds import CLAIM, Kind
+from qosflow.local.kube_version import (
+    DEFAULT_KUBERNETES_VERSION,
+    RESIZE_MINOR,
+    kubernetes_minor,
+    version_info,
+)
 from qosflow.local.names import pod_dir
+from qosflow.local.namespaces import seed_namespaces
 from qosflow.local.node import NODE_LABELS, NODE_NAME, Node
+from qosflow.local.objects import OBJECT_KINDS, ObjectApi
 from qosflow.local.patch import apply_patch
 from qosflow.local.priority_classes import PriorityClassApi
 from qosflow.local.query import field_selector, int_param, label_selector, page
+from qosflow.local.rbac import seed_bootstrap
 from qosflow.local.resize import check_resize
+from qosflow.local.reviews import ReviewApi
 from qosflow.local.server import Text
 from qosflow.local.shapes import POD_PATCH, STORED_WORKFLOW, ShapeError, check
 from qosflow.local.status import ApiError, conflict, invalid, not_found
+from qosflow.local.storage import StorageClassApi, bind_claim, seed_storage_class
 from qosflow.local.store import Obj, Store, snapshot
 
 _POD_FIELDS = frozenset({"metadata.name", "metadata.namespace", "status.phase", "spec.nodeName"})
@@ -80,20 +97,47 @@ class KubeApi:
     """Route handlers of the Kubernetes API."""
 
     def __init__(
-        self, store: Store, clock: Clock, node: Node, wake: Callable[[], None], namespace: str
+        self,
+        store: Store,
+        clock: Clock,
+        node: Node,
+        wake: Callable[[], None],
+        namespace: str,
+        *,
+        access: Access | None = None,
+        kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
     ) -> None:
         self.store = store
         self.clock = clock
         self.node = node
         self.wake = wake
         self.namespace = namespace
+        self.minor = kubernetes_minor(kubernetes_version)
+        self.access = access or Access(store, clock, "")
         self.classes = PriorityClassApi(store, clock)
+        seed_bootstrap(store, rfc3339(clock.now()))
+        seed_storage_class(store, clock)
+        seed_namespaces(store, clock.now(), namespace)
+        self.objects = ObjectApi(
+            store, clock, self.access.rbac, OBJECT_KINDS, after_store=self._after_store
+        )
+        self.reviews = ReviewApi(store, clock, self.access.rbac, self.access.tokens, self.minor)
+        self.storage_classes = StorageClassApi(store)
+
+    def _after_store(self, kind: Kind, doc: Obj) -> None:
+        """A stored claim is bound at once (a dynamic provisioner of the default class)."""
+        if kind is CLAIM:
+            bind_claim(self.store, doc)
 
     def routes(self) -> list[tuple[str, str, Handler]]:
         """``(method, path regex, handler)``; named groups become keyword arguments."""
         ns, name = r"(?P<ns>[^/]+)", r"(?P<name>[^/]+)"
         pods = f"/api/v1/namespaces/{ns}/pods"
         wfs = f"/apis/argoproj.io/v1alpha1/namespaces/{ns}/workflows"
+        resize: list[tuple[str, str, Handler]] = [
+            ("GET", f"{pods}/{name}/resize", self.get_pod),
+            ("PATCH", f"{pods}/{name}/resize", self.resize),
+        ]
         return [
             ("GET", r"/version", self.version),
             ("GET", r"/api/v1/nodes", self.list_nodes),
@@ -101,29 +145,21 @@ class KubeApi:
             ("GET", r"/api/v1/pods", self.list_pods),
             ("GET", pods, self.list_pods),
             ("GET", f"{pods}/{name}", self.get_pod),
-            ("GET", f"{pods}/{name}/resize", self.get_pod),
+            *(resize if self.minor >= RESIZE_MINOR else []),
             ("GET", f"{pods}/{name}/log", self.pod_log),
-            ("PATCH", f"{pods}/{name}/resize", self.resize),
             ("PATCH", f"{pods}/{name}", self.patch_pod),
             ("GET", wfs, self.list_workflows),
             ("GET", f"{wfs}/{name}", self.get_workflow),
             ("PATCH", f"{wfs}/{name}", self.patch_workflow),
             *self.classes.routes(),
+            *self.objects.routes(),
+            *self.storage_classes.routes(),
+            *self.reviews.routes(),
         ]
 
     def version(self, **_: Any) -> tuple[int, Any]:
-        """``GET /version``."""
-        return 200, {
-            "major": "1",
-            "minor": "35",
-            "gitVersion": "v1.35.0-qosflow-local",
-            "gitCommit": "",
-            "gitTreeState": "clean",
-            "buildDate": "2026-08-21T00:00:00Z",
-            "goVersion": "go1.24",
-            "compiler": "gc",
-            "platform": "linux/amd64",
-        }
+        """``GET /version``: the configured version."""
+        return 200, version_info(self.minor)
 
     # -- nodes ---------------------------------------------------------------------------------
     def _node_doc(self) -> Obj:

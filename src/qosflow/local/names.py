@@ -13,8 +13,8 @@ from pathlib import Path
 
 from qosflow.local.errors import LocalClusterError
 
-_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _FIELD_NAME = re.compile(r"^[a-zA-Z0-9][-a-zA-Z0-9]*$")
 LABEL_MESSAGE = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
@@ -36,7 +36,7 @@ def namespace_problem(namespace: object) -> str | None:
     text = namespace if isinstance(namespace, str) else ""
     if len(text) > 63:
         return f'Invalid value: "{text}": must be no more than 63 characters'
-    if not _LABEL.match(text):
+    if not LABEL_RE.match(text):
         return f'Invalid value: "{text}": {LABEL_MESSAGE}'
     return None
 
@@ -46,7 +46,7 @@ def name_problem(name: object) -> str | None:
     text = name if isinstance(name, str) else ""
     if len(text) > 253:
         return f'Invalid value: "{text}": must be no more than 253 characters'
-    if not _SUBDOMAIN.match(text):
+    if not SUBDOMAIN_RE.match(text):
         return f'Invalid value: "{text}": {SUBDOMAIN_MESSAGE}'
     return None
 

@@ -1,12 +1,16 @@
 """The one node of the local cluster: scheduler and kubelet in one.
 
 * **Scheduling.** Pending pods are considered in priority order (pod priority from its
-  PriorityClass, then the workflow's Argo ``spec.priority``, then creation order); each one that
-  fits the free CPU and memory is bound, given distinct cores when possible, and started through
-  the runner. Pods that do not fit stay Pending with an ``Unschedulable`` condition.
-* **Kubelet.** Every tick it polls the containers (exit codes, the progress file), finishes
-  in-place resizes (``PodResizePending`` Deferred / Infeasible, ``PodResizeInProgress``), and
-  SIGKILLs pods whose grace period after SIGTERM is over.
+  PriorityClass, then the workflow's Argo ``spec.priority``, then creation order). A pod whose
+  PersistentVolumeClaim is missing, or whose ``nodeSelector`` / required node affinity does not
+  match the node's labels (:data:`NODE_LABELS`), stays Pending with an ``Unschedulable``
+  condition and the scheduler's message; so does one that does not fit the free CPU and memory.
+  Each one that fits is bound and its container started (:mod:`qosflow.local.kubelet`).
+* **Kubelet.** Every tick it retries the containers still waiting for a ConfigMap or Secret,
+  polls the running ones (exit codes, the progress file), finishes in-place resizes
+  (``PodResizePending`` Deferred / Infeasible, ``PodResizeInProgress``), and SIGKILLs pods whose
+  grace period after SIGTERM is over. When a pod ends, its container layers and own volumes are
+  removed (:func:`qosflow.local.sandbox.release`).
 * **Restarts.** A container a previous server started and that still runs is re-adopted; one that
   ended while the server was down gets the exit code its supervisor recorded
   (:mod:`qosflow.local.supervisor`); only a container that left no trace is failed.
@@ -26,22 +30,23 @@ from typing import Any
 
 from qosflow.local.clock import Clock, rfc3339
 from qosflow.local.errors import LocalClusterError
+from qosflow.local.kubelet import bind, launch_spec, start_container
 from qosflow.local.names import pod_dir
+from qosflow.local.pod_volumes import claim_problem
 from qosflow.local.pods import (
-    LABEL_WORKFLOW,
     allocated_cpu,
     condition,
     desired_cpu,
     desired_memory,
     drop_condition,
-    effective_requests,
-    main_container,
     pod_key,
     set_condition,
 )
 from qosflow.local.preemption import choose_victims
 from qosflow.local.resize import kubelet_resize
-from qosflow.local.runner import PodLaunch, PodProcess, Runner
+from qosflow.local.runner import PodProcess, Runner
+from qosflow.local.sandbox import progress_file, release
+from qosflow.local.scheduling import AFFINITY_MESSAGE, fits_node
 from qosflow.local.store import Obj, Store
 
 NODE_NAME = "qosflow-local"
@@ -104,21 +109,38 @@ class Node:
 
     # -- accounting ----------------------------------------------------------------------------
     def running_pods(self) -> list[Obj]:
-        """Pods bound to the node and not finished."""
+        """Pods whose container runs."""
         return [p for p in self.store.items("Pod") if p["status"].get("phase") == "Running"]
 
+    def bound_pods(self) -> list[Obj]:
+        """Pods bound to the node and not finished (running, or waiting for their container)."""
+        return [
+            p
+            for p in self.store.items("Pod")
+            if p["status"].get("phase") == "Running"
+            or (p["status"].get("phase") == "Pending" and p["spec"].get("nodeName"))
+        ]
+
+    def waiting_pods(self) -> list[Obj]:
+        """Bound pods whose container has not started (waiting for a ConfigMap or Secret)."""
+        return [
+            p
+            for p in self.bound_pods()
+            if p["status"].get("phase") == "Pending" and pod_key(p) not in self.procs
+        ]
+
     def used_cpu(self, *, exclude: Obj | None = None, kubelet: bool = False) -> int:
-        """Millicores taken by running pods (scheduler: max of desired and allocated)."""
+        """Millicores taken by bound pods (scheduler: max of desired and allocated)."""
         total = 0
-        for pod in self.running_pods():
+        for pod in self.bound_pods():
             if pod is not exclude:
                 alloc = allocated_cpu(pod)
                 total += alloc if kubelet else max(alloc, desired_cpu(pod))
         return total
 
     def used_memory(self) -> Decimal:
-        """Bytes requested by running pods."""
-        return sum((desired_memory(p) for p in self.running_pods()), Decimal(0))
+        """Bytes requested by bound pods."""
+        return sum((desired_memory(p) for p in self.bound_pods()), Decimal(0))
 
     def _cores_in_use(self, exclude: str = "") -> dict[int, int]:
         """Virtual core -> number of running pods pinned to it."""
@@ -167,8 +189,30 @@ class Node:
             except Exception as exc:  # one pod that cannot start must not stop the queue
                 self.fail_pod(pod, now, exc)
 
+    def unschedulable(self, pod: Obj) -> str | None:
+        """The scheduler's message when the node can never take ``pod`` as it is, else ``None``."""
+        problem = claim_problem(self.store, pod)
+        if problem is not None:
+            return problem
+        if not fits_node(pod["spec"], NODE_LABELS, NODE_NAME):
+            return AFFINITY_MESSAGE
+        return None
+
+    def _mark_unschedulable(self, pod: Obj, message: str, now: float) -> None:
+        """``PodScheduled=False / Unschedulable`` with ``message`` (touched only on a change)."""
+        current = condition(pod, "PodScheduled")
+        if current is not None and current.get("message") == message:
+            return
+        stamp = rfc3339(now) or ""
+        set_condition(pod, "PodScheduled", "False", stamp, reason="Unschedulable", message=message)
+        self.store.touch(pod)
+
     def _schedule_one(self, pod: Obj, now: float) -> None:
         """Start one queued pod, or mark it Unschedulable (preempting for it when allowed)."""
+        blocked = self.unschedulable(pod)
+        if blocked is not None:
+            self._mark_unschedulable(pod, blocked, now)
+            return
         cpu, memory = desired_cpu(pod), desired_memory(pod)
         free_cpu = self.cpus * 1000 - self.used_cpu()
         free_memory = self.memory - self.used_memory()
@@ -183,18 +227,7 @@ class Node:
                 f"0/1 nodes are available: {reasons}. preemption: 0/1 nodes are "
                 "available: 1 No preemption victims found for incoming pod."
             )
-            current = condition(pod, "PodScheduled")
-            if current is not None and current.get("message") == message:
-                return
-            set_condition(
-                pod,
-                "PodScheduled",
-                "False",
-                rfc3339(now) or "",
-                reason="Unschedulable",
-                message=message,
-            )
-            self.store.touch(pod)
+            self._mark_unschedulable(pod, message, now)
             return
         self.start(pod, now)
 
@@ -224,84 +257,10 @@ class Node:
         self.store.touch(pod)
         return True
 
-    def launch_spec(self, pod: Obj, cores: list[int], cpu: int) -> PodLaunch:
-        """What the runner needs to start (or find again) the ``main`` container of ``pod``."""
-        container = main_container(pod)
-        meta = pod["metadata"]
-        workdir = pod_dir(self.store.state_dir, meta["namespace"], meta["name"])
-        return PodLaunch(
-            pod=meta["name"],
-            namespace=meta["namespace"],
-            workflow=(meta.get("labels") or {}).get(LABEL_WORKFLOW, ""),
-            node_id=(meta.get("annotations") or {}).get("workflows.argoproj.io/node-id", ""),
-            argv=tuple(
-                str(a) for a in (container.get("command") or []) + (container.get("args") or [])
-            ),
-            env={str(e["name"]): str(e.get("value") or "") for e in container.get("env") or []},
-            cores=self.host_cores(cores),
-            cpus=cpu / 1000,
-            workdir=workdir,
-            progress_file=workdir / "progress",
-            on_exit=self.wake,
-        )
-
     def start(self, pod: Obj, now: float) -> None:
-        """Bind ``pod`` to the node and start its ``main`` container."""
-        key = pod_key(pod)
-        cpu = desired_cpu(pod)
-        cores = self.pick_cores(cpu, [], exclude=key)
-        container = main_container(pod)
-        launch = self.launch_spec(pod, cores, cpu)
-        launch.workdir.mkdir(parents=True, exist_ok=True)
-        progress = launch.progress_file
-        progress.unlink(missing_ok=True)
-        stamp = rfc3339(now)
-        pod["spec"]["nodeName"] = NODE_NAME
-        status = pod["status"]
-        set_condition(pod, "PodScheduled", "True", stamp or "")
-        status.update({"hostIP": "127.0.0.1", "podIP": "127.0.0.1", "startTime": stamp})
-        resources = container.get("resources") or {}
-        if not launch.argv:
-            self._finish(
-                pod,
-                now,
-                128,
-                "the local cluster runs the container command and ignores "
-                "images: this container has no command",
-            )
-            return
-        try:
-            process = self.runner.launch(launch, now)
-        except OSError as exc:
-            self._finish(pod, now, 128, f"failed to start container: {exc}")
-            return
-        self.procs[key] = process
-        self.store.runtime[key] = {
-            "pid": process.pid,
-            "start_ticks": process.start_ticks,
-            "cores": cores,
-            "progress_file": str(progress),
-            "term_at": None,
-        }
-        status["phase"] = "Running"
-        for ctype in ("Initialized", "ContainersReady", "Ready"):
-            set_condition(pod, ctype, "True", stamp or "")
-        status["containerStatuses"] = [
-            {
-                "name": container.get("name", "main"),
-                "image": container.get("image", ""),
-                "imageID": "",
-                "containerID": f"local://{process.pid or key}",
-                "ready": True,
-                "started": True,
-                "restartCount": 0,
-                "state": {"running": {"startedAt": stamp}},
-                "allocatedResources": dict(effective_requests(resources)),
-                "resources": {k: dict(v) for k, v in resources.items()},
-            }
-        ]
-        status["observedGeneration"] = pod["metadata"].get("generation", 1)
-        self.store.touch(pod)
+        """Bind ``pod`` to the node and start its ``main`` container (or let it wait)."""
+        bind(self, pod, NODE_NAME, now)
+        start_container(self, pod, now)
 
     # -- kubelet -------------------------------------------------------------------------------
     def progress_of(self, pod: Obj) -> str | None:
@@ -313,7 +272,7 @@ class Node:
             return None
         meta = pod["metadata"]
         try:
-            path = pod_dir(self.store.state_dir, meta["namespace"], meta["name"]) / "progress"
+            path = progress_file(pod_dir(self.store.state_dir, meta["namespace"], meta["name"]))
             lines = path.read_text(encoding="utf-8").splitlines()
         except (OSError, UnicodeDecodeError, LocalClusterError):
             return None
@@ -325,8 +284,13 @@ class Node:
         return f"{done}/{total}" if 0 <= done <= total and total > 0 else None
 
     def poll(self, now: float) -> None:
-        """Container exits, grace-period kills and resizes (in the kubelet's retry order)."""
+        """Waiting containers, exits, grace-period kills and resizes (in the kubelet's order)."""
         self._fail_unreadable(now)
+        for pod in self.waiting_pods():
+            try:
+                start_container(self, pod, now)
+            except Exception as exc:  # one pod the kubelet cannot start must not stop the rest
+                self.fail_pod(pod, now, exc)
         for pod in self.resize_order():
             try:
                 self._poll_one(pod, now)
@@ -346,7 +310,7 @@ class Node:
             process.kill()
         code = process.poll(now)
         if code is not None:
-            self._finish(pod, now, code, "")
+            self.finish(pod, now, code, "")
             return
         kubelet_resize(self, pod, now)
 
@@ -372,7 +336,7 @@ class Node:
                 process.kill()
             if not isinstance(pod.get("status"), dict):
                 pod["status"] = {}
-            self._finish(pod, now, 128, message)
+            self.finish(pod, now, 128, message)
         except Exception:  # pragma: no cover - a pod too broken even to be failed
             _LOG.exception("could not fail pod %s", meta.get("name"))
             pod["status"] = {"phase": "Failed", "message": message}
@@ -391,8 +355,8 @@ class Node:
         if float(pod["spec"].get("terminationGracePeriodSeconds", self.grace_s)) <= 0:
             process.kill()
 
-    def _finish(self, pod: Obj, now: float, code: int, message: str, reason: str = "") -> None:
-        """Record a container exit on the pod."""
+    def finish(self, pod: Obj, now: float, code: int, message: str, reason: str = "") -> None:
+        """Record a container exit on the pod; its container layers and own volumes go."""
         key = pod_key(pod)
         self.procs.pop(key, None)
         stamp = rfc3339(now)
@@ -418,12 +382,22 @@ class Node:
         record = self.store.runtime.get(key)
         if record is not None:
             record["exit_code"] = code
+        self.release(pod)
         self.store.touch(pod)
+
+    def release(self, pod: Obj) -> None:
+        """Remove what ends with a pod: its container layers and its own volumes."""
+        meta = pod.get("metadata") or {}
+        try:
+            release(pod_dir(self.store.state_dir, meta.get("namespace", ""), meta.get("name", "")))
+        except (OSError, LocalClusterError) as exc:  # a leftover folder must not stop the node
+            _LOG.warning("pod %s: could not remove its files: %r", meta.get("name"), exc)
 
     def fail_unstarted(self, pod: Obj, now: float, message: str) -> None:
         """Fail a pod that never started (shutdown of a queued pod, or a restart)."""
         pod["status"]["phase"] = "Failed"
         pod["status"]["message"] = message
+        self.release(pod)
         self.store.touch(pod)
 
     def delete(self, pod: Obj) -> None:
@@ -433,6 +407,7 @@ class Node:
             process.kill()
             process.poll(self.clock.now())
         self.store.runtime.pop(pod_key(pod), None)
+        self.release(pod)
 
     def recover(self, now: float) -> None:
         """After a restart: re-adopt the containers that still run, collect the exits of the rest.
@@ -448,14 +423,14 @@ class Node:
             try:
                 if isinstance(record, dict):
                     cpu = allocated_cpu(pod)
-                    spec = self.launch_spec(pod, list(record.get("cores") or []), cpu)
+                    spec = launch_spec(self, pod, list(record.get("cores") or []), cpu)
                     process = self.runner.adopt(spec, record, now)
             except Exception as exc:  # an unreadable record: the container cannot be found
                 _LOG.error("pod %s: cannot re-adopt its container: %r", key, exc)
             if process is None:
                 pid = (record or {}).get("pid") if isinstance(record, dict) else None
                 message = LOST_MESSAGE.format(pid=pid)
-                self._finish(pod, now, 137, message, reason="ContainerStatusUnknown")
+                self.finish(pod, now, 137, message, reason="ContainerStatusUnknown")
                 continue
             self.procs[key] = process
             _LOG.info("pod %s: re-adopted its container (pid %s)", key, process.pid)
@@ -479,9 +454,7 @@ class Node:
                 time.sleep(0.05)
             if process is not None:
                 process.kill()
-            self._finish(
-                pod, now, 137, "the local cluster was shut down while this pod was running"
-            )
+            self.finish(pod, now, 137, "the local cluster was shut down while this pod was running")
 
     def resize_order(self) -> list[Obj]:
         """Running pods with a resize to try, in the kubelet's retry order (priority, then age)."""

@@ -9,18 +9,27 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from qosflow.local.status import ApiError
 
-_MERGE_KEYS = {
+POD_MERGE_KEYS: Mapping[str, str] = {
     "containers": "name",
     "initContainers": "name",
+    "ephemeralContainers": "name",
     "env": "name",
     "ports": "containerPort",
     "volumeMounts": "mountPath",
+    "volumeDevices": "devicePath",
+    "volumes": "name",
+    "imagePullSecrets": "name",
+    "hostAliases": "ip",
+    "resourceClaims": "name",
+    "schedulingGates": "name",
     "resizePolicy": "resourceName",
 }
+"""The ``patchMergeKey`` of the pod's lists (``k8s.io/api/core/v1``); other lists are replaced."""
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -36,19 +45,36 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def strategic_merge(target: Any, patch: Any, key: str = "") -> Any:
-    """Strategic merge of ``patch`` into a copy of ``target``."""
-    if isinstance(patch, list) and key in _MERGE_KEYS and isinstance(target, list):
-        field = _MERGE_KEYS[key]
+def strategic_merge(
+    target: Any, patch: Any, key: str = "", keys: Mapping[str, str] = POD_MERGE_KEYS
+) -> Any:
+    """Strategic merge of ``patch`` into a copy of ``target``.
+
+    Args:
+        target: The original document.
+        patch: The patch; ``null`` deletes a field, maps merge, lists named in ``keys`` merge
+            item by item on their merge key, other lists are replaced.
+        key: The field name of ``target`` (for its merge key).
+        keys: Field name -> merge key of the document's type (a pod's by default).
+    """
+    if isinstance(patch, list) and key in keys and isinstance(target, list):
+        field = keys[key]
         merged = [copy.deepcopy(item) for item in target]
         for item in patch:
             if not isinstance(item, dict) or field not in item:
                 raise ApiError(400, f"map: {item!r} does not contain declared merge key: {field}")
-            index = next((i for i, t in enumerate(merged) if t.get(field) == item[field]), None)
+            index = next(
+                (
+                    i
+                    for i, t in enumerate(merged)
+                    if isinstance(t, dict) and t.get(field) == item[field]
+                ),
+                None,
+            )
             if index is None:
                 merged.append(copy.deepcopy(item))
             else:
-                merged[index] = strategic_merge(merged[index], item)
+                merged[index] = strategic_merge(merged[index], item, "", keys)
         return merged
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
@@ -57,7 +83,7 @@ def strategic_merge(target: Any, patch: Any, key: str = "") -> Any:
         if value is None:
             result.pop(name, None)
         else:
-            result[name] = strategic_merge(result.get(name), value, name)
+            result[name] = strategic_merge(result.get(name), value, name, keys)
     return result
 
 

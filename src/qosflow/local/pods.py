@@ -10,7 +10,14 @@ import math
 from decimal import Decimal
 from typing import Any
 
-from qosflow.local.admission import check_pod, pod_spec_patch
+from qosflow.local.admission import check_pod
+from qosflow.local.pod_spec import (
+    ARGO_MOUNT,
+    apply_pod_spec_patches,
+    pod_fields,
+    pod_metadata,
+    referenced_volumes,
+)
 from qosflow.local.quantity import parse as parse_quantity
 from qosflow.local.status import ApiError
 from qosflow.local.store import Obj, Store
@@ -151,15 +158,6 @@ def pod_priority(store: Store, class_name: str, pod: str) -> tuple[int, str]:
     return int(klass["value"]), str(klass.get("preemptionPolicy", "PreemptLowerPriority"))
 
 
-def grace_period(step: PodStep, default_s: float) -> int:
-    """``terminationGracePeriodSeconds`` from the step's podSpecPatch (template, then workflow)."""
-    for patch in step.pod_spec_patches:
-        doc = pod_spec_patch(patch, f"templates.{step.template}.podSpecPatch")
-        if doc.get("terminationGracePeriodSeconds") is not None:
-            return int(doc["terminationGracePeriodSeconds"])
-    return math.ceil(default_s)
-
-
 def _check_resize_policy(pod: str, container: Obj) -> None:
     """Argo pods have ``restartPolicy: Never``, so every resize policy must be NotRequired."""
     for index, policy in enumerate(container.get("resizePolicy") or []):
@@ -172,40 +170,58 @@ def _check_resize_policy(pod: str, container: Obj) -> None:
             )
 
 
-def build_pod(store: Store, wf: Obj, spec: Obj, step: PodStep, now: str, grace_s: float) -> Obj:
-    """The Pod Argo's controller creates for ``step`` (priority admission included).
-
-    Raises:
-        ApiError: 403 for an unknown PriorityClass, 422 for an invalid pod (resize policy,
-            resources, environment), as the API server answers the controller.
-    """
+def _labels(wf: Obj, step: PodStep) -> tuple[dict[str, str], dict[str, str]]:
+    """The pod's labels and annotations: the workflow's labels, ``podMetadata``, the template's."""
     meta = wf["metadata"]
-    class_name = step.priority_class
-    priority, preemption = pod_priority(store, class_name, step.pod)
-    container = {k: v for k, v in step.container.items() if v is not None}
-    container["name"] = "main"
-    _check_resize_policy(step.pod, container)
     labels = {
         k: v
         for k, v in (meta.get("labels") or {}).items()
         if not k.startswith("workflows.argoproj.io/")
     }
-    labels.update(step.metadata.get("labels") or {})
+    extra_labels, annotations = pod_metadata(step)
+    labels.update(extra_labels)
     labels.update({LABEL_WORKFLOW: meta["name"], LABEL_COMPLETED: "false"})
-    annotations = dict(step.metadata.get("annotations") or {})
     annotations.update({ANNOTATION_NODE_ID: step.node_id, ANNOTATION_NODE_NAME: step.node_name})
+    return labels, annotations
+
+
+def _pod_spec(step: PodStep, grace_s: float) -> Obj:
+    """The pod spec Argo's controller builds for ``step``, its podSpecPatches applied."""
+    container = {k: v for k, v in step.container.items() if v is not None}
+    container["name"] = "main"
+    mounts = list(container.get("volumeMounts") or [])
     pod_spec: Obj = {
         "containers": [container],
+        "volumes": referenced_volumes(step, mounts),
         "restartPolicy": "Never",
-        "priority": priority,
-        "preemptionPolicy": preemption,
         "schedulerName": "default-scheduler",
-        "terminationGracePeriodSeconds": grace_period(step, grace_s),
+        "terminationGracePeriodSeconds": math.ceil(grace_s),
+        **pod_fields(step),
     }
-    if class_name:
-        pod_spec["priorityClassName"] = class_name
-    if spec.get("serviceAccountName"):
-        pod_spec["serviceAccountName"] = spec["serviceAccountName"]
+    if step.priority_class:
+        pod_spec["priorityClassName"] = step.priority_class
+    pod_spec = apply_pod_spec_patches(pod_spec, step)
+    main = main_container({"spec": pod_spec})  # Argo mounts /var/run/argo after the patches
+    main["volumeMounts"] = [*(main.get("volumeMounts") or []), dict(ARGO_MOUNT)]
+    return pod_spec
+
+
+def build_pod(store: Store, wf: Obj, step: PodStep, now: str, grace_s: float) -> Obj:
+    """The Pod Argo's controller creates for ``step`` (priority admission included).
+
+    Raises:
+        ApiError: 400 when the controller cannot build it (a volume nobody declares, a
+            podSpecPatch that does not apply), 403 for an unknown PriorityClass, 422 for an
+            invalid pod (resize policy, resources, environment, volumes), as the API server
+            answers the controller.
+    """
+    meta = wf["metadata"]
+    pod_spec = _pod_spec(step, grace_s)
+    class_name = str(pod_spec.get("priorityClassName") or "")
+    priority, preemption = pod_priority(store, class_name, step.pod)
+    pod_spec.update(priority=priority, preemptionPolicy=preemption)
+    _check_resize_policy(step.pod, main_container({"spec": pod_spec}))
+    labels, annotations = _labels(wf, step)
     owner = {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Workflow",
@@ -230,5 +246,5 @@ def build_pod(store: Store, wf: Obj, spec: Obj, step: PodStep, now: str, grace_s
         "status": {"phase": "Pending"},
     }
     check_pod(pod)
-    pod["status"]["qosClass"] = qos_class([container])
+    pod["status"]["qosClass"] = qos_class(pod_spec["containers"])
     return pod

@@ -1,19 +1,20 @@
 """How pod containers run: as real local processes (:class:`ProcessRunner`) or scripted.
 
 A runner turns a :class:`PodLaunch` into a :class:`PodProcess`. The process runner ignores the
-image and runs the container's ``command + args`` as a real process: in its own session, in a
-per-pod directory, under the pod supervisor (:mod:`qosflow.local.supervisor`), with its CPU affinity
-set to the cores the local cluster allocated. Affinity is applied before the program starts and,
-on an in-place resize, to every thread of the process tree. Where the host allows it, the
-supervisor also joins the pod's cgroup, weighted by its CPU request
-(:class:`~qosflow.local.cgroups.CpuWeights`), so the pod gets its CPUs ahead of the host's other
-processes, as on a node.
+image and runs the container's ``command + args`` as a real process: in its own session, under
+the pod supervisor (:mod:`qosflow.local.shim`), in the pod's own file system view
+(:mod:`qosflow.local.sandbox`: isolation ``private``, or ``shared`` with path rewriting where the
+host cannot do better), with its CPU affinity set to the cores the local cluster allocated.
+Affinity is applied before the program starts and, on an in-place resize, to every thread of the
+process tree. Where the host allows it, the supervisor also joins the pod's cgroup, weighted by
+its CPU request (:class:`~qosflow.local.cgroups.CpuWeights`), so the pod gets its CPUs ahead of
+the host's other processes, as on a node.
 
-A pod sees only its declared environment (:func:`pod_environment`): the container's ``env``, the
-``ARGO_*`` variables Argo's executor sets, and the little an image has (``PATH`` with the directory
-of ``sys.executable`` first, so ``python`` is this interpreter; ``HOME``; ``LANG``/``LC_ALL``;
-``TMPDIR``; ``HOSTNAME`` = the pod name). Nothing else of the server's environment (its token, an
-Airflow connection with a password) reaches a pod.
+A pod sees only its declared environment (:func:`pod_environment`): the container's resolved
+environment (``env``, ``envFrom``, the ``ARGO_*`` variables; see :mod:`qosflow.local.env`) and
+the little an image has (``PATH`` with the directory of ``sys.executable`` first, so ``python`` is
+this interpreter; ``HOME``; ``LANG``/``LC_ALL``; ``TMPDIR``; ``HOSTNAME`` = the pod name). Nothing
+else of the server's environment (its token, an Airflow connection with a password) reaches a pod.
 
 After a restart of the server, :meth:`ProcessRunner.adopt` re-attaches to a container that is
 still running, or reads the exit code of one that ended meanwhile.
@@ -34,13 +35,21 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from qosflow.local.cgroups import CpuWeights
+from qosflow.local.sandbox import (
+    PRIVATE,
+    SHARED,
+    Mount,
+    rewrite,
+    sandbox_plan,
+    shared_cwd,
+)
 from qosflow.local.supervisor import (
     EXIT_FILE,
-    SHIM,
     kill_leftover,
     process_alive,
     process_start_ticks,
     read_exit_code,
+    shim_command,
     write_pid_file,
 )
 
@@ -57,13 +66,15 @@ class PodLaunch:
         namespace: Pod namespace.
         workflow: Workflow name.
         node_id: Argo node id.
-        argv: ``command + args`` of the container.
-        env: The container's environment variables (already resolved).
+        argv: ``command + args`` of the container (``$(VAR)`` expanded).
+        env: The container's environment variables (resolved and expanded, ``ARGO_*`` included).
         cores: Host CPU ids the process may run on.
         cpus: CPU request (cores, may be fractional).
-        workdir: Per-pod working directory (exists).
-        progress_file: Path given as ``ARGO_PROGRESS_FILE``.
+        workdir: The pod's folder on the host (exists; the container does not see it).
+        progress_file: Host path of the file the container knows as ``ARGO_PROGRESS_FILE``.
         on_exit: Called (from another thread) as soon as the process exits, to wake the kubelet.
+        mounts: The container's volumes, ``/var/run/argo`` included.
+        working_dir: The container's ``workingDir`` (``""``: the image's, ``/``).
     """
 
     pod: str
@@ -77,6 +88,8 @@ class PodLaunch:
     workdir: Path
     progress_file: Path
     on_exit: Callable[[], None] | None = None
+    mounts: tuple[Mount, ...] = ()
+    working_dir: str = ""
 
 
 class PodProcess(Protocol):
@@ -126,21 +139,12 @@ class Runner(Protocol):
 
 
 def pod_environment(spec: PodLaunch, server: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a pod: the image's few variables, the container's, then Argo's."""
+    """The environment of a pod: the image's few variables, then the container's."""
     env = {key: server[key] for key in IMAGE_ENV if server.get(key)}
     env.setdefault("LANG", "C.UTF-8")
     env["PATH"] = server.get("PATH") or os.defpath
     env["HOSTNAME"] = spec.pod
     env.update(spec.env)
-    env.update(
-        {
-            "ARGO_PROGRESS_FILE": str(spec.progress_file),
-            "ARGO_POD_NAME": spec.pod,
-            "ARGO_CONTAINER_NAME": "main",
-            "ARGO_NODE_ID": spec.node_id,
-            "ARGO_WORKFLOW_NAME": spec.workflow,
-        }
-    )
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
     return env
 
@@ -341,25 +345,58 @@ class ProcessRunner:
 
     Args:
         weights: Pod cgroups weighted by CPU request (``None``: pods run unweighted).
+        isolation: ``private`` (each pod in its own file system view) or ``shared`` (pods share
+            the host's, with volume paths rewritten); see :mod:`qosflow.local.sandbox`.
+        hide: Host folders a ``private`` pod must not see (the local cluster's state directory).
     """
 
-    def __init__(self, weights: CpuWeights | None = None) -> None:
+    def __init__(
+        self,
+        weights: CpuWeights | None = None,
+        *,
+        isolation: str = SHARED,
+        hide: tuple[Path, ...] = (),
+    ) -> None:
         self.weights = weights
+        self.isolation = isolation
+        self.hide = hide
+
+    def command(
+        self, spec: PodLaunch, exit_file: Path, procs: str
+    ) -> tuple[list[str], dict[str, str]]:
+        """The supervisor's command line and environment for ``spec`` (in this isolation mode)."""
+        env = pod_environment(spec, os.environ)
+        argv = list(spec.argv)
+        plan: dict[str, Any] = {
+            "cores": list(spec.cores),
+            "procs": procs,
+            "exit_file": str(exit_file),
+            "cwd": spec.working_dir or "/",
+            "sandbox": None,
+        }
+        if self.isolation == PRIVATE:
+            plan["sandbox"] = sandbox_plan(spec.workdir, self.hide, spec.mounts)
+        else:
+            env = {key: rewrite(value, spec.mounts) for key, value in env.items()}
+            argv = [rewrite(arg, spec.mounts) for arg in argv]
+            cwd = shared_cwd(spec.workdir, spec.working_dir, spec.mounts)
+            cwd.mkdir(parents=True, exist_ok=True)
+            plan["cwd"] = str(cwd)
+        return [*shim_command(plan), *argv], env
 
     def launch(self, spec: PodLaunch, now: float) -> PodProcess:
         """Start the supervised process pinned to ``spec.cores``; output goes to ``main.log``."""
         kill_leftover(spec.workdir)
         exit_file = spec.workdir / EXIT_FILE
         exit_file.unlink(missing_ok=True)
-        cores = ",".join(str(c) for c in spec.cores)
         key = f"{spec.namespace}_{spec.pod}"
         procs = self.weights.pod(key, round(spec.cpus * 1000)) if self.weights else None
-        command = [sys.executable, "-I", "-S", "-c", SHIM, cores, str(procs or ""), str(exit_file)]
+        command, env = self.command(spec, exit_file, str(procs or ""))
         with open(spec.workdir / "main.log", "ab") as log:
             popen = subprocess.Popen(
-                [*command, *spec.argv],
+                command,
                 cwd=spec.workdir,
-                env=pod_environment(spec, os.environ),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -1,7 +1,8 @@
 """HTTP listeners of the emulated servers (stdlib ``ThreadingHTTPServer`` on loopback).
 
 Each listener (``argo`` or ``kube``) checks the body's framing, applies the fault plan, checks the
-bearer token *before* reading any body, reads the body (bounded in size and time, see
+bearer token (and for the Kubernetes API the caller's RBAC, :mod:`qosflow.local.access`) *before*
+reading any body, reads the body (bounded in size and time, see
 :mod:`qosflow.local.body`), parses it, dispatches to a route handler under the store lock, saves
 the state after writes, and renders errors in its own format: ``{code, message}`` with
 ``Grpc-Metadata-Argo-Version`` (but not on 401) for Argo, a ``Status`` object for Kubernetes. An
@@ -24,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from qosflow.local.access import ADMIN, Gate
 from qosflow.local.body import (
     DRAIN_BYTES,
     MAX_BODY_BYTES,
@@ -35,6 +37,7 @@ from qosflow.local.body import (
     read_body,
 )
 from qosflow.local.faults import FaultPlan, FaultRule
+from qosflow.local.rbac import User
 from qosflow.local.status import ARGO_UNAUTHENTICATED, ARGO_VERSION, ApiError
 from qosflow.local.store import Store
 from qosflow.local.watch import Stream
@@ -65,11 +68,14 @@ class Listener:
         kind: ``"argo"`` or ``"kube"``.
         routes: ``(method, path regex, handler)`` triples.
         store: The shared store (its lock serialises handlers; saved after writes).
-        token: The bearer token accepted.
+        token: The admin bearer token (allowed everything); used when no ``gate`` is given.
         faults: Optional fault plan.
         port: TCP port on 127.0.0.1 (0 = any free port).
         read_timeout_s: Time a request body may take to arrive (408 after it).
         max_body_bytes: Largest request body accepted (413 above it).
+        gate: Authentication and authorization (:mod:`qosflow.local.access`): who a token is,
+            and whether RBAC lets it make the request (403 otherwise). Handlers get the caller as
+            ``user``.
     """
 
     def __init__(
@@ -83,8 +89,10 @@ class Listener:
         *,
         read_timeout_s: float = READ_TIMEOUT_S,
         max_body_bytes: int = MAX_BODY_BYTES,
+        gate: Gate | None = None,
     ) -> None:
         self.kind = kind
+        self.gate = gate
         self.routes: list[Route] = [(m, re.compile(p), h) for m, p, h in routes]
         self.store = store
         self.token = token
@@ -160,10 +168,10 @@ class Listener:
             return
         unread = not framing.empty
         try:
-            self._authenticate(req)
+            user = self._admit(req, method, path, query)
             raw = self._read(req, framing)
             unread = False
-            status, body = self._dispatch(method, path, query, raw, req.headers)
+            status, body = self._dispatch(method, path, query, raw, req.headers, user)
         except BodyError as exc:  # the body is half read: answer, then close
             self._send_error(req, exc, close=True)
             self._linger(req)
@@ -254,19 +262,32 @@ class Listener:
                     break
                 budget -= len(data)
 
-    def _authenticate(self, req: BaseHTTPRequestHandler) -> None:
-        """Bearer token check (401 like the real servers)."""
+    def _admit(
+        self, req: BaseHTTPRequestHandler, method: str, path: str, query: dict[str, list[str]]
+    ) -> User:
+        """The caller (401 like the real servers), refused (403) when its gate says so."""
         header = req.headers.get("Authorization") or ""
-        if header == f"Bearer {self.token}":
-            return
+        if self.gate is not None:
+            user = self.gate.authenticate(header)
+            if user is not None:
+                self.gate.before_body(user, method, path, query)
+                return user
+        elif header == f"Bearer {self.token}":
+            return ADMIN
         if self.kind == "argo":
             raise ApiError(401, ARGO_UNAUTHENTICATED)
         raise ApiError(401, "Unauthorized")
 
     def _dispatch(
-        self, method: str, path: str, query: dict[str, list[str]], raw: bytes, headers: Any
+        self,
+        method: str,
+        path: str,
+        query: dict[str, list[str]],
+        raw: bytes,
+        headers: Any,
+        user: User,
     ) -> tuple[int, Any]:
-        """Find the route, parse the body, call the handler under the store lock."""
+        """Find the route, parse the body, check the caller, call the handler under the lock."""
         allowed = False
         for route_method, pattern, handler in self.routes:
             match = pattern.fullmatch(path)
@@ -277,12 +298,15 @@ class Listener:
                 continue
             ctype = headers.get("Content-Type") or ""
             body = parse_body(raw, ctype, self.max_body_bytes)
+            if self.gate is not None:
+                self.gate.after_body(user, method, path, query, body)
             with self.store.lock:
                 result = handler(
                     body=body,
                     query=query,
                     content_type=ctype,
                     accept=headers.get("Accept") or "",
+                    user=user,
                     **match.groupdict(),
                 )
             if method != "GET":

@@ -2,8 +2,10 @@
 
 One store serves both listeners (the Argo Server and the Kubernetes API share it, as they share
 etcd in a real cluster). Objects are kept by ``(kind, namespace, name)``; every write bumps one
-global ``resourceVersion``. Each change is written to ``<state_dir>/state.json`` through a temporary
-file and ``os.replace``, so a crash leaves either the old or the new state, never a torn file.
+global ``resourceVersion``. Beside the objects it keeps the runtime records of pods and the hashes
+of the service-account tokens issued (:mod:`qosflow.local.tokens`). Each change is written to
+``<state_dir>/state.json`` through a temporary file and ``os.replace``, so a crash leaves either the
+old or the new state, never a torn file.
 
 Loading never stops the cluster from starting: an object the ``validate`` hook refuses (a name
 that would escape the state directory, a value the controller cannot parse) is moved to
@@ -66,6 +68,7 @@ class Store:
         self._seq = 0
         self._rv = 0
         self.runtime: dict[str, dict[str, Any]] = {}
+        self.tokens: dict[str, dict[str, Any]] = {}  # service-account token hash -> its record
         self._dirty = False
         self._save_lock = threading.Lock()
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -84,6 +87,10 @@ class Store:
         )
         for key in keys:
             yield self._objects[key]
+
+    def namespaces(self) -> set[str]:
+        """The namespaces objects live in."""
+        return {key[1] for key in self._objects if key[1]}
 
     def creation_seq(self, obj: Obj) -> int:
         """The insertion counter of an object (ties in priority order are broken by it)."""
@@ -150,6 +157,7 @@ class Store:
                     {"order": self._order[k], "object": o} for k, o in self._objects.items()
                 ],
                 "runtime": self.runtime,
+                "tokens": self.tokens,
             }
             text = json.dumps(state, separators=(",", ":"))
             self._dirty = False
@@ -183,6 +191,12 @@ class Store:
         self.runtime = {
             str(k): v
             for k, v in (runtime if isinstance(runtime, dict) else {}).items()
+            if isinstance(v, dict)
+        }
+        tokens = state.get("tokens")
+        self.tokens = {
+            str(k): v
+            for k, v in (tokens if isinstance(tokens, dict) else {}).items()
             if isinstance(v, dict)
         }
         if self.quarantined:

@@ -1,13 +1,13 @@
-"""The pod supervisor: a tiny process between the local cluster and each container.
+"""The pod supervisor, seen from the server: how to start it and find it again.
 
-Every container runs under ``python -I -S -c SHIM <cores> <cgroup.procs> <exit file> <argv...>``.
-The supervisor pins itself to the pod's cores and joins its cgroup (the container inherits both),
-forks and execs the container, forwards SIGTERM and SIGINT to it, waits for it, and writes its exit
-code (``128 + signal`` when a signal killed it) atomically to ``<pod dir>/.exit_code`` before
-exiting with the same code. It is the container runtime's ``shim`` in a real node: the server can
-die and restart without losing what happened to its containers. A container still running after a
-restart is re-adopted (same pid and start time, :func:`process_alive`); one that ended meanwhile
-left its exit code in the file (:func:`read_exit_code`).
+Every container runs under the supervisor program :mod:`qosflow.local.shim`
+(:func:`shim_command`): it pins the pod's cores, joins its cgroup, enters the pod's sandbox, execs
+the container, forwards SIGTERM and SIGINT to it, and writes its exit code (``128 + signal`` when
+a signal killed it) atomically to ``<pod dir>/.exit_code``. It is the container runtime's ``shim``
+in a real node: the server can die and restart without losing what happened to its containers. A
+container still running after a restart is re-adopted (same pid and start time,
+:func:`process_alive`); one that ended meanwhile left its exit code in the file
+(:func:`read_exit_code`).
 
 The supervisor is the session and process-group leader, so SIGKILL to the group ends both.
 """
@@ -18,59 +18,29 @@ import contextlib
 import json
 import os
 import signal
+import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from qosflow.local import shim
 
 EXIT_FILE = ".exit_code"
 PID_FILE = ".pid"
 
-SHIM = """
-import os,signal,sys
-cores,procs,exit_file,argv=sys.argv[1],sys.argv[2],sys.argv[3],sys.argv[4:]
-child=0
-pending=[]
-def forward(signum,frame):
-    if child:
-        try:
-            os.kill(child,signum)
-        except OSError:
-            pass
-    else:
-        pending.append(signum)
-signal.signal(signal.SIGTERM,forward)
-signal.signal(signal.SIGINT,forward)
-os.sched_setaffinity(0,[int(c) for c in cores.split(',')])
-if procs:
-    try:
-        with open(procs,'w') as handle:
-            handle.write(str(os.getpid()))
-    except OSError:
-        pass
-child=os.fork()
-if child==0:
-    for s in (signal.SIGTERM,signal.SIGINT,signal.SIGPIPE,signal.SIGXFSZ):
-        signal.signal(s,signal.SIG_DFL)
-    try:
-        os.execvp(argv[0],argv)
-    except OSError as e:
-        sys.stderr.write(f'exec {argv[0]!r}: {e.strerror}\\n')
-        sys.stderr.flush()
-    os._exit(127)
-for s in pending:
-    os.kill(child,s)
-status=os.waitpid(child,0)[1]
-code=os.waitstatus_to_exitcode(status)
-code=128-code if code<0 else code
-try:
-    tmp=exit_file+'.tmp'
-    fd=os.open(tmp,os.O_WRONLY|os.O_CREAT|os.O_TRUNC,0o600)
-    os.write(fd,str(code).encode())
-    os.fsync(fd)
-    os.close(fd)
-    os.replace(tmp,exit_file)
-except OSError:
-    pass
-os._exit(code)
-"""
+
+def shim_command(plan: Mapping[str, Any]) -> list[str]:
+    """The command that runs a container under the supervisor (:mod:`qosflow.local.shim`).
+
+    Args:
+        plan: ``cores`` (host CPU ids), ``procs`` (the cgroup's ``cgroup.procs`` or ``""``),
+            ``exit_file``, ``cwd`` and ``sandbox`` (``None`` for a process that shares the
+            host's file system; see :func:`qosflow.local.sandbox.sandbox_plan`).
+
+    Returns:
+        ``python -I -S <shim.py> <plan as JSON>``; the container's argv follows.
+    """
+    return [sys.executable, "-I", "-S", str(Path(shim.__file__)), json.dumps(dict(plan))]
 
 
 def _stat_fields(pid: int) -> list[str] | None:

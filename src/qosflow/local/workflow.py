@@ -1,10 +1,12 @@
 """What a Workflow runs: template resolution, parameter substitution, lint, pod and node naming.
 
 Pure functions over workflow documents. A Workflow that carries ``spec.workflowTemplateRef`` is
-merged with the referenced WorkflowTemplate (the workflow's arguments override the template's, by
-name), then ``{{workflow.parameters.X}}``, ``{{inputs.parameters.X}}``, ``{{workflow.name}}``,
-``{{workflow.namespace}}``, ``{{workflow.uid}}`` and ``{{pod.name}}`` are substituted. The result
-is a :class:`Plan`: groups of container steps run one group after the other (a ``steps`` template's
+merged over the referenced WorkflowTemplate as Argo merges them, and ``spec.templateDefaults``
+into each template (:mod:`qosflow.local.spec_merge`); then ``{{workflow.parameters.X}}``,
+``{{inputs.parameters.X}}``, ``{{workflow.name}}``, ``{{workflow.namespace}}``,
+``{{workflow.uid}}`` and ``{{pod.name}}`` are substituted, in the templates and in the
+workflow-level fields that reach the pods (volumes, node selection, ``podSpecPatch``...). The
+result is a :class:`Plan`: groups of container steps run one group after the other (a ``steps`` template's
 step groups, a ``dag``'s dependency levels, or the single container of a container entrypoint).
 Names follow Argo's v2 pod naming: node id ``<wf>-<fnv32a(node name)>``, pod ``<wf>-<template>-<same
 hash>``, and the root node is named after the workflow. Planning checks every value the controller
@@ -14,6 +16,7 @@ will parse later (:mod:`qosflow.local.admission`), so a workflow that plans can 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,23 +24,41 @@ from typing import Any
 
 from qosflow.local.admission import check_spec_literals, check_step, pod_spec_patch
 from qosflow.local.names import field_name_problem
+from qosflow.local.spec_merge import TEMPLATE_TYPES, join_workflow_spec, merge_template_defaults
 from qosflow.local.status import ApiError, not_found
 
 Obj = dict[str, Any]
 TemplateLookup = Callable[[str], Obj | None]
 
-TEMPLATE_TYPES = (
-    "container",
-    "containerSet",
-    "steps",
-    "dag",
-    "script",
-    "resource",
-    "data",
-    "suspend",
-    "http",
-    "plugin",
+WORKFLOW_POD_FIELDS = (
+    "volumes",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "imagePullSecrets",
+    "serviceAccountName",
+    "automountServiceAccountToken",
+    "schedulerName",
+    "securityContext",
+    "hostAliases",
+    "podMetadata",
+    "podSpecPatch",
+    "podPriorityClassName",
+    "volumeClaimTemplates",
 )
+"""Workflow-level fields Argo's controller copies into (or checks against) every pod."""
+TEMPLATE_POD_FIELDS = (
+    "volumes",
+    "nodeSelector",
+    "affinity",
+    "tolerations",
+    "serviceAccountName",
+    "automountServiceAccountToken",
+    "schedulerName",
+    "securityContext",
+    "hostAliases",
+)
+"""Template-level fields that override the workflow's on the template's pods."""
 _VAR = re.compile(r"\{\{\s*([A-Za-z0-9_.\-]+)\s*\}\}")
 
 
@@ -76,8 +97,11 @@ class PodStep:
         container: The resolved container (command, args, env, resources...).
         metadata: The template's ``metadata`` (labels, annotations) after substitution.
         retry: The template's ``retryStrategy``, or ``None``.
-        pod_spec_patches: The template's then the workflow's ``podSpecPatch`` (substituted).
+        pod_spec_patches: The workflow's then the template's ``podSpecPatch`` (substituted), in
+            the order Argo applies them.
         priority_class: The template's ``priorityClassName``, else the workflow's (substituted).
+        template_fields: The template's pod-level fields (:data:`TEMPLATE_POD_FIELDS`).
+        workflow_fields: The workflow's pod-level fields (:data:`WORKFLOW_POD_FIELDS`).
     """
 
     group: int
@@ -91,6 +115,8 @@ class PodStep:
     retry: Obj | None = None
     pod_spec_patches: tuple[str, ...] = ()
     priority_class: str = ""
+    template_fields: Obj = dataclasses.field(default_factory=dict)
+    workflow_fields: Obj = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,22 +159,22 @@ def _merge_arguments(base: list[Obj], override: list[Obj]) -> list[Obj]:
 
 
 def effective_spec(workflow: Obj, lookup: TemplateLookup) -> Obj:
-    """The workflow spec merged with its ``workflowTemplateRef`` (404 when the template is missing)."""
+    """The workflow spec merged over its ``workflowTemplateRef`` (404 when the template is missing)."""
     spec = copy.deepcopy(workflow.get("spec") or {})
     ref = spec.get("workflowTemplateRef")
     if not ref:
         return spec
+    if spec.get("templates"):
+        raise ApiError(
+            400,
+            "Templates is invalid field in spec if workflow referred WorkflowTemplate reference",
+        )
     template = lookup(str(ref.get("name", "")))
     if template is None:
         raise not_found("workflowtemplates", str(ref.get("name", "")), group="argoproj.io")
-    merged = copy.deepcopy(template.get("spec") or {})
-    own_args = (spec.get("arguments") or {}).get("parameters") or []
-    base_args = (merged.get("arguments") or {}).get("parameters") or []
-    for key, value in spec.items():
-        if key not in ("workflowTemplateRef", "arguments"):
-            merged[key] = value
-    merged["arguments"] = {"parameters": _merge_arguments(base_args, own_args)}
-    return merged
+    for param in (spec.get("arguments") or {}).get("parameters") or []:
+        _named(param, "arguments.parameters")
+    return join_workflow_spec(spec, copy.deepcopy(template.get("spec") or {}))
 
 
 def _substitute(value: Any, variables: Mapping[str, str], strict_prefixes: tuple[str, ...]) -> Any:
@@ -220,10 +246,19 @@ def lint(spec: Obj, *, entrypoint_required: bool = True) -> dict[str, Obj]:
     return templates
 
 
-def _container_step(
-    template: Obj, inputs: Mapping[str, str], base: Mapping[str, str], where: str
-) -> Obj:
-    """A container template with ``{{inputs.parameters.X}}`` resolved."""
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What planning one step needs: templates by name, variables, workflow-level pod fields."""
+
+    templates: Mapping[str, Obj]
+    base: Mapping[str, str]
+    level: Obj
+    defaults: Obj | None
+
+
+def _container_step(template: Obj, inputs: Mapping[str, str], ctx: _Context, where: str) -> Obj:
+    """A container template (``templateDefaults`` merged in) with its parameters resolved."""
+    template = merge_template_defaults(template, ctx.defaults)
     if template.get("container") is None:
         raise ApiError(
             400,
@@ -235,7 +270,7 @@ def _container_step(
         _merge_arguments(declared, [{"name": k, "value": v} for k, v in inputs.items()]),
         f"{where}.inputs.parameters",
     )
-    variables = {**base, **{f"inputs.parameters.{k}": v for k, v in values.items()}}
+    variables = {**ctx.base, **{f"inputs.parameters.{k}": v for k, v in values.items()}}
     resolved = dict(
         _substitute(template, variables, ("inputs.parameters.", "workflow.parameters."))
     )
@@ -243,18 +278,17 @@ def _container_step(
     return resolved
 
 
-def _step(
-    wf: str, group: int, node: str, display: str, tmpl: Obj, spec_level: Mapping[str, str]
-) -> PodStep:
+def _step(wf: str, group: int, node: str, display: str, tmpl: Obj, level: Obj) -> PodStep:
     """Build a :class:`PodStep` (``{{pod.name}}`` resolved last).
 
-    ``spec_level`` holds the substituted workflow-level ``podSpecPatch`` and
-    ``podPriorityClassName``, the defaults of the template's own.
+    ``level`` holds the substituted workflow-level pod fields (:data:`WORKFLOW_POD_FIELDS`),
+    the defaults of the template's own.
     """
     name = str(tmpl["name"])
     pod = pod_name(wf, node, name)
     tmpl = _substitute(tmpl, {"pod.name": pod}, ())
-    patches = (str(tmpl.get("podSpecPatch") or ""), spec_level.get("podSpecPatch", ""))
+    level = _substitute(level, {"pod.name": pod}, ())
+    patches = (str(level.get("podSpecPatch") or ""), str(tmpl.get("podSpecPatch") or ""))
     return PodStep(
         group=group,
         node_name=node,
@@ -267,8 +301,10 @@ def _step(
         retry=tmpl.get("retryStrategy"),
         pod_spec_patches=tuple(p for p in patches if p),
         priority_class=str(
-            tmpl.get("priorityClassName") or spec_level.get("podPriorityClassName") or ""
+            tmpl.get("priorityClassName") or level.get("podPriorityClassName") or ""
         ),
+        template_fields={k: tmpl[k] for k in TEMPLATE_POD_FIELDS if tmpl.get(k) is not None},
+        workflow_fields=level,
     )
 
 
@@ -315,52 +351,40 @@ def plan(workflow: Obj, spec: Obj) -> Plan:
         "workflow.uid": str(meta.get("uid", "")),
         **{f"workflow.parameters.{k}": v for k, v in params.items()},
     }
-    level = {
-        key: str(_substitute(spec.get(key) or "", base, ("workflow.parameters.",)))
-        for key in ("podSpecPatch", "podPriorityClassName")
-    }
-    pod_spec_patch(level["podSpecPatch"], "spec.podSpecPatch")
+    level = {k: spec[k] for k in WORKFLOW_POD_FIELDS if spec.get(k) is not None}
+    level = dict(_substitute(level, base, ("workflow.parameters.",)))
+    pod_spec_patch(level.get("podSpecPatch"), "spec.podSpecPatch")
+    ctx = _Context(templates, base, level, spec.get("templateDefaults"))
     entry = str(spec["entrypoint"])
     root = templates[entry]
     if root.get("container") is not None:
-        tmpl = _container_step(root, params, base, f"templates.{entry}")
+        tmpl = _container_step(root, params, ctx, f"templates.{entry}")
         return Plan("Pod", entry, ((_step(wf, 0, wf, wf, tmpl, level),),), spec)
     groups: list[tuple[PodStep, ...]] = []
-    context = (templates, base, level)
     if root.get("steps") is not None:
         for index, group in enumerate(root["steps"]):
             items = group if isinstance(group, list) else [group]
-            groups.append(tuple(_child(wf, index, f"{wf}[{index}].", i, context) for i in items))
+            groups.append(tuple(_child(wf, index, f"{wf}[{index}].", i, ctx) for i in items))
         return Plan("Steps", entry, tuple(groups), spec)
     if root.get("dag") is not None:
         levels = _dag_levels(list(root["dag"].get("tasks") or []))
         for index, tasks in enumerate(levels):
-            groups.append(tuple(_child(wf, index, f"{wf}.", t, context) for t in tasks))
+            groups.append(tuple(_child(wf, index, f"{wf}.", t, ctx) for t in tasks))
         return Plan("DAG", entry, tuple(groups), spec)
     raise ApiError(
         400, f"templates.{entry}: the local cluster runs container, steps and dag entrypoints only"
     )
 
 
-def _child(
-    wf: str,
-    group: int,
-    prefix: str,
-    item: Obj,
-    context: tuple[Mapping[str, Obj], Mapping[str, str], Mapping[str, str]],
-) -> PodStep:
-    """The pod step of one ``steps`` item or ``dag`` task.
-
-    ``context`` is ``(templates by name, workflow variables, spec-level defaults)``.
-    """
-    templates, base, level = context
+def _child(wf: str, group: int, prefix: str, item: Obj, ctx: _Context) -> PodStep:
+    """The pod step of one ``steps`` item or ``dag`` task."""
     name = _named(item, "templates.steps")
     problem = field_name_problem(name)
     if problem is not None:
         raise ApiError(400, f"templates.{name}.name {problem}")
     target = str(item.get("template", ""))
-    if target not in templates:
+    if target not in ctx.templates:
         raise ApiError(400, f"templates.{name}.template '{target}' undefined")
     where = f"templates.{target}"
-    tmpl = _container_step(templates[target], _args_of(item, base), base, where)
-    return _step(wf, group, f"{prefix}{name}", name, tmpl, level)
+    tmpl = _container_step(ctx.templates[target], _args_of(item, ctx.base), ctx, where)
+    return _step(wf, group, f"{prefix}{name}", name, tmpl, ctx.level)

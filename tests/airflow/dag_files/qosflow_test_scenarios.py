@@ -24,6 +24,7 @@ with DAG(
         ),
         "initial_units": Param(None, type=["null", "integer"]),
         "report_dir": Param(".qosflow/reports", type="string"),
+        "command": Param(None, type=["null", "array"], description="instead of the trainer's"),
     },
 ) as dag:
     deadline_training(
@@ -37,7 +38,8 @@ with DAG(
             "step_seconds_estimate": "{{ params.step_s }}",
             "margin_seconds": 5,
             "dwell_seconds": 8,
-            "command": ["python", "-m", "qosflow_trainer", "--width={{ params.width }}"],
+            "command": "{{ params.command or ['python', '-m', 'qosflow_trainer', "
+            "'--width=' ~ params.width] }}",
         },
         rounds=3,
         initial_units="{{ params.initial_units }}",
