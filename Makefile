@@ -5,8 +5,16 @@ PY := $(VENV)/bin/python
 export UV_LINK_MODE ?= copy
 # uv from PATH, else the copy bootstrapped into .uv/ (a private venv: no system packages touched).
 UV = $$(command -v uv || echo .uv/bin/uv)
+# The extras the venv holds: all but `torch` (`--all-extras` would sync PyTorch, from PyPI a CUDA
+# build of several GB). The trainer's DDP tests and bench layer torch in at run time instead, the
+# way pytest-k8s36 layers kubernetes 36: from pip's find-links folder when this machine has one
+# (the CPU wheel), else from PyPI.
+EXTRAS := --extra argo --extra airflow --extra postgres
+TORCH_VERSION := 2.13.0
+WITH_TORCH = $(UV) run --frozen $(EXTRAS) --quiet --with 'torch==$(TORCH_VERSION)' \
+  --find-links "$$(pip config get global.find-links 2>/dev/null || true)"
 
-.PHONY: demo test check lint typecheck contracts pytest pytest-unit pytest-k8s36 bench venv uv clean
+.PHONY: demo test check lint typecheck contracts pytest pytest-unit pytest-torch pytest-k8s36 bench venv uv clean chromium
 
 uv:
 	@command -v uv >/dev/null 2>&1 || [ -x .uv/bin/uv ] || { \
@@ -15,7 +23,7 @@ uv:
 	} || { echo "error: could not bootstrap uv (needs python3 with venv/ensurepip and PyPI)" >&2; exit 1; }
 
 venv: uv
-	@$(UV) sync --frozen --all-extras --quiet
+	@$(UV) sync --frozen $(EXTRAS) --quiet
 
 lint: venv
 	$(VENV)/bin/ruff check src trainer operators argo_templates dags bench tests
@@ -27,23 +35,30 @@ typecheck: venv
 contracts: venv
 	$(VENV)/bin/lint-imports
 
+# Tests marked `torch` run in pytest-torch only (with PyTorch layered in), never twice.
 pytest: venv
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not torch"
 
 # The fast suite: every test that starts no real process (no trainer, cluster or Airflow run).
 pytest-unit: venv
-	$(PY) -m pytest -q -m "not slow" -p no:cacheprovider
+	$(PY) -m pytest -q -m "not slow and not torch" -p no:cacheprovider
 
 # The Argo client must work with kubernetes client 36 (what cncf-kubernetes pins) and 37 (our lock):
 # re-run the client, contract and fault suites with 36.0.3 layered over the locked environment.
 pytest-k8s36: venv
-	@$(UV) run --frozen --all-extras --quiet \
+	@$(UV) run --frozen $(EXTRAS) --quiet \
 	  --with 'kubernetes==36.0.3' python -c "import kubernetes, sys; print('kubernetes client', \
 	  kubernetes.__version__); sys.exit(not kubernetes.__version__.startswith('36.'))" && \
-	$(UV) run --frozen --all-extras --quiet \
+	$(UV) run --frozen $(EXTRAS) --quiet \
 	  --with 'kubernetes==36.0.3' python -m pytest -q -p no:cacheprovider \
 	  tests/argo/test_client.py tests/argo/test_contract.py tests/argo/test_faults.py \
 	  tests/argo/test_recorded_contract.py
+
+# The trainer's data-parallel mode (real torchrun processes): PyTorch layered over the locked venv.
+# The tests marked `torch` live in tests/trainer (collecting only there saves ~10 s).
+pytest-torch: venv
+	@$(WITH_TORCH) python -c "import torch; print('torch', torch.__version__)"
+	$(WITH_TORCH) python -m pytest -q -p no:cacheprovider -m torch tests/trainer tests/airflow/test_ddp_dag.py
 
 # Build the wheel, install it (with the argo extra) in a clean venv, run the CLI outside the repo
 # (also part of `make test`: tests/test_wheel.py is in the suite).
@@ -51,7 +66,17 @@ pytest-k8s36: venv
 wheel-smoke: venv
 	$(PY) -m pytest -q tests/test_wheel.py
 
-test: lint typecheck contracts pytest pytest-k8s36
+# Headless Chromium for the UI plugin's test (tests/airflow/test_plugin.py opens the qosflow view
+# in it): Debian's package, installed when missing (CI runs as root on Debian; elsewhere, sudo).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing chromium (apt-get install --no-install-recommends chromium)"; \
+	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; \
+	} || { echo "error: could not install chromium (needs apt-get, as root or with sudo)" >&2; exit 1; }
+
+test: chromium lint typecheck contracts pytest pytest-torch pytest-k8s36
 
 # `make check` before every commit (under two minutes: its four parts run side by side, each
 # one's output shown whole when it ends); `make test` runs everything.
@@ -59,8 +84,10 @@ check: venv
 	@$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck contracts pytest-unit
 
 # Every bench prints `key: value` lines; bench/RESULTS.md is written from them (date, machine).
+# The DDP bench runs with PyTorch layered in (WITH_TORCH); the others in the venv.
 bench: venv
-	@mkdir -p .qosflow; set -o pipefail; for b in bench/*_bench.py bench/fault_campaign.py; do echo "== $$b"; $(PY) $$b || exit 1; done \
+	@mkdir -p .qosflow; set -o pipefail; for b in bench/*_bench.py bench/fault_campaign.py; do echo "== $$b"; \
+	  if [ "$$b" = bench/ddp_bench.py ]; then $(WITH_TORCH) python $$b; else $(PY) $$b; fi || exit 1; done \
 	  | tee .qosflow/bench.log
 	$(PY) bench/results.py .qosflow/bench.log > bench/RESULTS.md
 

@@ -507,6 +507,8 @@ def _retry_problems(doc: dict[str, Any], where: str, active_s: float) -> list[st
     for template in [*doc["spec"].get("templates", []), defaults]:
         if "container" not in template and template is not defaults:
             continue
+        if template.get("daemon"):  # the rendezvous: its workers hold its IP, a retry gets another
+            continue
         if template is defaults and "retryStrategy" not in defaults:
             continue
         strategy = template.get("retryStrategy") or {}
@@ -557,7 +559,8 @@ def _long_failure(template: str | None) -> tuple[int, str, float]:
             doc = manifests.workflow_template()
             doc["metadata"]["name"] = template
             for t in doc["spec"]["templates"]:
-                t["retryStrategy"].setdefault("backoff", {})["maxDuration"] = "5m"
+                if "retryStrategy" in t:
+                    t["retryStrategy"].setdefault("backoff", {})["maxDuration"] = "5m"
             Api(local.argo_url, local.token)(
                 "POST", f"/api/v1/workflow-templates/{NS}", json={"template": doc}
             ).raise_for_status()

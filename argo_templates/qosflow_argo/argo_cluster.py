@@ -31,6 +31,7 @@ from qosflow.core.cluster import (
     SubmitRequest,
 )
 from qosflow.core.errors import ClusterError, NotFoundError, SpecError
+from qosflow.core.layout import job_problem
 from qosflow.core.spec import JobSpec, Unit
 from qosflow.core.usage import UsageReport, usage_in_log
 from qosflow_argo import manifests, podspec
@@ -317,6 +318,10 @@ class ArgoCluster:
         Raises:
             SpecError: Naming the job spec's field and why.
         """
+        res = job.resources
+        problem = job_problem(res.unit, res.levels, per_node=res.per_node, launcher=job.launcher)
+        if problem is not None:
+            raise SpecError(*problem)
         return self.manifest(manifests.first_segment(job, job_id))
 
     def stop(self, name: str, *, message: str = "") -> JobStatus:
@@ -381,6 +386,10 @@ class ArgoCluster:
         if labels.get(manifests.LABEL_UNIT, "cpu") != "cpu":
             current = job_status(wf).units
             return ResizeResult(ResizeState.UNSUPPORTED, current, "only CPU resizes in place")
+        if str((wf.get("spec") or {}).get("entrypoint", "")).startswith("train-workers"):
+            current = job_status(wf).units
+            why = "a torchrun segment's size is its pods: it rescales by checkpoint-restart"
+            return ResizeResult(ResizeState.UNSUPPORTED, current, why)
         pod = pod_for(wf, self.kube.list_pods(f"{WORKFLOW_LABEL}={name}"))
         if pod is None or phase_of(wf).finished:
             raise ClusterError(f"{name}: no running pod to resize", retryable=True)
@@ -432,35 +441,20 @@ class ArgoCluster:
         claim_access_mode: str = "ReadWriteOnce",
         storage_class: str | None = None,
     ) -> dict[str, str]:
-        """Create or update qosflow's install objects (idempotent).
+        """Create or update qosflow's install objects (idempotent; :class:`Installer`).
 
-        Always the WorkflowTemplate and the PriorityClass ladder; with ``rbac`` the
-        ServiceAccounts, Roles and bindings of :mod:`qosflow_argo.rbac` (an administrator's token:
-        granting rights needs them); with ``checkpoint_claim`` a PersistentVolumeClaim of that
-        name for the jobs' checkpoints, created when missing
-        (:func:`~qosflow_argo.manifests.checkpoint_claim`).
-
-        The runtime account (``argo_templates/rbac.yaml``) may read PriorityClasses and update
-        the ladder's, not create them: with the ladder installed (by an administrator,
-        ``qosflow argo install`` or ``kubectl apply -f argo_templates/priority-classes.yaml``)
-        this needs no ``create``.
-
-        Args:
-            dry_run: Read only; report what an install would do.
-            rbac: Also install the RBAC.
-            checkpoint_claim: Name of the checkpoint claim to ensure.
-            claim_size: Its storage request when it is created.
-            claim_access_mode: Its access mode when it is created.
-            storage_class: Its StorageClass (default: the cluster's default class).
+        Always the WorkflowTemplate and the PriorityClass ladder (with the ladder installed by an
+        administrator, the runtime account needs no ``create``); with ``rbac`` the accounts, roles
+        and bindings of :mod:`qosflow_argo.rbac` (an administrator's token); with
+        ``checkpoint_claim`` a PersistentVolumeClaim of that name (``claim_size``,
+        ``claim_access_mode``, ``storage_class``) when missing. ``dry_run`` only reads.
 
         Returns:
-            ``Kind/name`` → ``created`` | ``updated`` | ``unchanged`` (with ``dry_run``:
-            ``would be created`` | ``would be updated`` | ``unchanged``); a claim reports its
-            state (``exists (Bound, 10Gi, ReadWriteOnce)``).
+            ``Kind/name`` → ``created`` | ``updated`` | ``unchanged`` (``would be ...`` with
+            ``dry_run``); a claim reports its state (``exists (Bound, 10Gi, ReadWriteOnce)``).
 
         Raises:
-            LadderMissing: Ladder classes are missing and this account may not create them; the
-                message names them and the install command.
+            LadderMissing: Ladder classes are missing and this account may not create them.
         """
         claim = None
         if checkpoint_claim:

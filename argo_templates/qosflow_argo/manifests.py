@@ -60,7 +60,7 @@ from qosflow.core.cluster import (
 )
 from qosflow.core.errors import SpecError
 from qosflow.core.spec import JobSpec
-from qosflow_argo import podspec
+from qosflow_argo import distributed, podspec
 
 TEMPLATE_NAME = "qosflow-train"
 NAMESPACE = "qosflow"
@@ -86,6 +86,9 @@ PARAMETERS: dict[str, str] = {
     "resume": "auto",
     "units": "1",
     "memory": "2Gi",
+    "pods": "1",
+    "nproc": "1",
+    "start_timeout": "600",
     "gpu_resource": GPU_RESOURCE,
     "image": REFERENCE_IMAGE,
     "command": "python -m qosflow_trainer",
@@ -165,7 +168,22 @@ def workflow_template(namespace: str = NAMESPACE) -> dict[str, Any]:
         gpu = _param("gpu_resource")
         _container_template(ENTRYPOINT["gpu"], {gpu: units, "memory": memory}, resizable=False)
     doc: dict[str, Any] = template.to_dict()
+    doc["spec"]["templates"] += _multi_pod_templates(units, memory, gpu)
     return doc
+
+
+def _multi_pod_templates(units: str, memory: str, gpu: str) -> list[dict[str, Any]]:
+    """The templates of a multi-pod segment (:mod:`qosflow_argo.distributed`)."""
+    env = [{"name": var, "value": _param(p)} for var, p in ENV.items()]
+    labels = {LABEL_JOB: _param("job"), LABEL_SEGMENT: _param("segment"), LABEL_MANAGED: "true"}
+    retry = {"limit": RETRY_LIMIT, "retryPolicy": "Always", "backoff": dict(RETRY_BACKOFF)}
+    return [
+        distributed.steps_template("cpu"),
+        distributed.steps_template("gpu"),
+        distributed.rendezvous_template(),
+        distributed.worker_template("cpu", {"cpu": units, "memory": memory}, env, labels, retry),
+        distributed.worker_template("gpu", {gpu: units, "memory": memory}, env, labels, retry),
+    ]
 
 
 def memory_for(memory_per_unit: str, units: int) -> str:
@@ -186,10 +204,11 @@ def deadline_text(deadline: float) -> str:
 
 def _check_request(request: SubmitRequest) -> None:
     """The request's own fields, then what the segment needs to run (an image, a checkpoint)."""
-    if request.unit not in ENTRYPOINT:
+    if request.launcher != "torchrun" and (request.unit == "worker" or request.layout.pods > 1):
         raise SpecError(
-            "resources.unit",
-            f"{TEMPLATE_NAME} runs one pod of cpu or gpu units (got {request.unit!r})",
+            "launcher",
+            f"{request.units} {request.unit} units are {request.layout.pods} pods: a data-parallel "
+            "job (launcher: torchrun); one process runs in one pod",
         )
     if not _LABEL.match(request.job) or len(request.name) > 63:
         raise SpecError(
@@ -232,19 +251,26 @@ def workflow(
     from hera.workflows.models import WorkflowTemplateRef
 
     _check_request(request)
+    lay = request.layout
     values = {
         "job": request.job,
         "segment": str(request.segment),
         "steps": str(request.total_steps),
         "resume": "true" if request.resume else "auto",
-        "units": str(request.units),
-        "memory": memory_for(request.memory_per_unit, request.units),
+        "units": str(lay.per_pod),
+        "memory": memory_for(request.memory_per_unit, lay.units_per_pod),
+        "pods": str(lay.pods),
+        "nproc": str(lay.per_pod if lay.resource == "gpu" else 1),
         "gpu_resource": podspec.gpu_resource_name(gpu_resource),
         "image": str(request.image),
         "command": shlex.join(request.command),
         "checkpoint_dir": request.checkpoint_dir,
         "checkpoint_every": str(request.checkpoint_every_steps),
     }
+    if request.launcher == "torchrun":
+        entrypoint: str | None = distributed.STEPS[lay.resource]
+    else:
+        entrypoint = ENTRYPOINT[lay.resource] if lay.resource != "cpu" else None
     deadline = request.deadline
     active = max(1, math.ceil(deadline - now + grace_s)) if math.isfinite(deadline) else None
     wf = Workflow(
@@ -262,7 +288,7 @@ def workflow(
             ANNOTATION_UNITS: str(request.units),
         },
         workflow_template_ref=WorkflowTemplateRef(name=template),
-        entrypoint=ENTRYPOINT[request.unit] if request.unit != "cpu" else None,
+        entrypoint=entrypoint,
         arguments=[Parameter(name=k, value=v) for k, v in values.items()],
         priority=int(request.priority),
         pod_priority_class_name=request.priority_class,
@@ -298,6 +324,10 @@ def first_segment(job: JobSpec, job_id: str) -> SubmitRequest:
         checkpoint_every_steps=job.checkpoint_every_steps,
         pod=job.pod,
         checkpoint=job.checkpoint,
+        launcher=job.launcher,
+        per_node=res.per_node,
+        worker_unit=res.worker_unit,
+        per_worker=res.per_worker,
     )
 
 

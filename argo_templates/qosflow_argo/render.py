@@ -22,6 +22,17 @@ from qosflow_argo.contract import check_manifest
 from qosflow_argo.manifests import NAMESPACE, priority_classes, workflow_template
 from qosflow_argo.rbac import rbac
 
+
+class _Plain(yaml.SafeDumper):
+    """A safe dumper that never writes YAML anchors and aliases.
+
+    Templates share env lists and backoffs; a reader of the file sees each written out.
+    """
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 CHECKOUT_DIR = Path(__file__).resolve().parents[1]
 """``argo_templates/`` of a source checkout (meaningful only when :func:`default_out` says so)."""
 HEADER = (
@@ -59,7 +70,9 @@ def render(namespace: str = NAMESPACE) -> dict[str, str]:
         docs = build(namespace)
         for doc in docs:
             check_manifest(doc)
-        body = yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False, width=100)
+        body = yaml.dump_all(
+            docs, Dumper=_Plain, sort_keys=False, default_flow_style=False, width=100
+        )
         texts[name] = HEADER.format(module=module) + body
     return texts
 

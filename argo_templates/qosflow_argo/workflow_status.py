@@ -69,16 +69,50 @@ def arguments(wf: Mapping[str, Any]) -> dict[str, str]:
     return {p["name"]: str(p.get("value", "")) for p in params if "name" in p}
 
 
-def training_node(wf: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The newest Pod node of the workflow (the running or last attempt)."""
+WORKER = "worker("
+"""Display name prefix of the worker pods of a multi-pod segment (``worker(0:0)``, ...)."""
+
+
+def waiting_workers(wf: Mapping[str, Any]) -> str:
+    """For a multi-pod segment: which worker pods have not started and why (``""``: none).
+
+    A worker that cannot be scheduled keeps the others waiting at the rendezvous; they give up
+    after its join timeout (the segment then fails and releases every pod), and this says why.
+    """
     nodes = ((wf.get("status") or {}).get("nodes") or {}).values()
-    pods: list[dict[str, Any]] = [dict(n) for n in nodes if n.get("type") == "Pod"]
+    workers = [
+        n
+        for n in nodes
+        if n.get("type") == "Pod" and str(n.get("displayName", "")).startswith(WORKER)
+    ]
+    waiting = [n for n in workers if n.get("phase") == "Pending"]
+    if not waiting or len(waiting) == len(workers):
+        return ""
+    why = next((str(n["message"]) for n in waiting if n.get("message")), "not scheduled yet")
+    return f"{len(waiting)} of {len(workers)} worker pods have not started: {why}"
+
+
+def training_node(wf: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The newest Pod node of the training (the running or last attempt).
+
+    In a multi-pod segment that is the worker pod that reports the job's progress: torchrun's
+    rank 0 writes it, and the rendezvous hands rank 0 to whichever pod it orders first (not
+    necessarily the pod Argo numbered 0), so among the live workers the one with the most
+    progress is it. The rendezvous daemon is never the training node.
+    """
+    nodes = ((wf.get("status") or {}).get("nodes") or {}).values()
+    pods: list[dict[str, Any]] = [
+        dict(n) for n in nodes if n.get("type") == "Pod" and n.get("templateName") != "rendezvous"
+    ]
+    workers = [n for n in pods if str(n.get("displayName", "")).startswith(WORKER)]
+    pods = workers or pods
     if not pods:
         return None
 
-    def order(node: dict[str, Any]) -> tuple[bool, str, str]:
+    def order(node: dict[str, Any]) -> tuple[bool, int, str, str]:
         active = node.get("phase") in (None, "", "Pending", "Running")
-        return active, str(node.get("startedAt") or ""), str(node.get("name") or "")
+        done = (parse_progress(node.get("progress")) or (0, 0))[0] if workers else 0
+        return active, done, str(node.get("startedAt") or ""), str(node.get("name") or "")
 
     return max(pods, key=order)
 
@@ -168,12 +202,13 @@ def job_status(
     steps_done: int | None = None
     if progress is not None and (total is None or progress[1] == total or total == 1):
         steps_done, total = progress
-    units = pod_units(pod, unit) if pod is not None else None
+    one_pod = unit != "worker" and args.get("pods", "1") == "1"
+    units = pod_units(pod, unit) if pod is not None and one_pod else None
     if units is None:
         fallback = annotations.get(ANNOTATION_UNITS) or args.get("units") or "0"
         units = int(fallback) if fallback.isdigit() else 0
     message = str(status.get("message") or "")
-    node_message = str((node or {}).get("message") or "")
+    node_message = str((node or {}).get("message") or "") or waiting_workers(wf)
     if node_message and node_message not in message:
         message = f"{message}: {node_message}" if message else node_message
     segment = labels.get(LABEL_SEGMENT, "0")

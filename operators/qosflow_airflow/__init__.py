@@ -1,7 +1,9 @@
 """qosflow's Apache Airflow provider: hooks, operators, sensors, triggers and a task-group factory.
 
-Registered through the ``apache_airflow_provider`` entry point (``get_provider_info``). Importing
-this package is cheap: the operators, hera and kubernetes load only when used.
+Registered through the ``apache_airflow_provider`` entry point (``get_provider_info``), with a UI
+plugin through ``airflow.plugins`` (:mod:`qosflow_airflow.plugin`). Importing this package is
+cheap: the operators, hera and kubernetes load only when used; so does :func:`deadline_alert`
+(``from qosflow_airflow import deadline_alert``, :mod:`qosflow_airflow.alerts`).
 """
 
 from __future__ import annotations
@@ -54,7 +56,22 @@ def _conn_fields() -> dict[str, Any]:
         "gpu_resource": field(
             "GPU resource", ["string", "null"], "Extended resource of a GPU", "nvidia.com/gpu"
         ),
+        "report_url": field(
+            "Report storage",
+            ["string", "null"],
+            "Folder or object-storage URL of the reports, read by the api-server's qosflow view "
+            "(default: $AIRFLOW_HOME/qosflow/reports)",
+        ),
     }
+
+
+def __getattr__(name: str) -> Any:
+    """``deadline_alert``, imported on first use (:mod:`qosflow_airflow.alerts`)."""
+    if name == "deadline_alert":
+        from qosflow_airflow.alerts import deadline_alert
+
+        return deadline_alert
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_provider_info() -> dict[str, Any]:

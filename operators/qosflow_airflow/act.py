@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from qosflow.core.cluster import Phase, ResizeState
+from qosflow_airflow import metrics
 from qosflow_airflow.restart import checkpoint_pause, checkpoint_restart
 
 if TYPE_CHECKING:
@@ -54,7 +55,8 @@ def rescale(cluster: Any, state: TrainingState, decision: Decision) -> Acted:
         return _pause(cluster, state, decision, record)
     if state.paused:  # resume: the stopped segment's checkpoint, at the target size
         return _restart(cluster, state, decision, record, resume=True)
-    if cluster.supports_in_place_resize(unit):
+    # a torchrun job's size is its pods and processes: it changes by checkpoint-restart
+    if state.spec.launcher == "none" and cluster.supports_in_place_resize(unit):
         result = cluster.resize(state.workflow, target)
         if result.state in _APPLIED:
             record.update(
@@ -63,6 +65,7 @@ def rescale(cluster: Any, state: TrainingState, decision: Decision) -> Acted:
                 reason=f"resized {state.workflow} in place "
                 f"from {state.units} to {target} {unit} ({result.state.value})",
             )
+            metrics.rescaled(state.spec.key, "in_place")
             return record, state.evolve(units=target, last_rescale_at=now)
         _LOG.warning("in-place resize %s: %s", result.state.value, result.message)
     return _restart(cluster, state, decision, record, resume=False)
@@ -81,6 +84,7 @@ def _pause(cluster: Any, state: TrainingState, decision: Decision, record: dict[
         reason=f"paused: {state.workflow} stopped at step {paused.resumed_from}; its units "
         f"go to jobs that need them more ({decision.reason})",
     )
+    metrics.rescaled(state.spec.key, "pause")
     return record, paused.state
 
 
@@ -139,12 +143,14 @@ def _resubmit(
         resumed_from=restart.resumed_from,
         reason=says(restart.state.workflow, restart.resumed_from),
     )
+    metrics.rescaled(state.spec.key, how)
     return record, restart.state
 
 
 def bump(cluster: Any, state: TrainingState, decision: Decision) -> Acted:
     """Patch a queued workflow's priority; restart a running one only when preempting pays."""
     from qosflow.core.priority import argo_priority, by_name, classify, laxity
+    from qosflow_airflow.board import job_capacity
 
     now = cluster.now()
     spec = state.spec
@@ -184,7 +190,7 @@ def bump(cluster: Any, state: TrainingState, decision: Decision) -> Acted:
         )
         return record, state.evolve(priority_class=klass.name, priority=priority)
     grow = max(decision.units, state.units)
-    free = cluster.capacity(spec.resources.unit).free
+    free = job_capacity(cluster, spec.resources)[0].free
     if klass.preempts and grow - state.units > free:
         return _resubmit(
             cluster,

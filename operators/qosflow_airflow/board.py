@@ -31,9 +31,9 @@ from qosflow.store.board import BoardEntry, BoardSession, JobBoard
 from qosflow_airflow.state import job_from_dict
 
 if TYPE_CHECKING:
-    from qosflow.core.cluster import ClusterView
+    from qosflow.core.cluster import Capacity, ClusterView
     from qosflow.core.predict import Belief
-    from qosflow.core.spec import Unit
+    from qosflow.core.spec import Resources
     from qosflow_airflow.admitted import Admitted
 
 SLOT_S = 60.0
@@ -125,17 +125,32 @@ class ClusterSide(TypedDict):
     ended: tuple[str, ...]
 
 
-def cluster_side(cluster: ClusterView, unit: Unit, active: Admitted) -> ClusterSide:
+def job_capacity(cluster: ClusterView, resources: Resources) -> tuple[Capacity, int]:
+    """The cluster's capacity in the job's units, and the largest size whose pods fit now.
+
+    (:mod:`qosflow.core.placement`: a worker is a pod of ``per_worker`` CPUs or GPUs; pods
+    fit whole on nodes, so free units spread over nodes may make a smaller job than their sum.)
+    """
+    from qosflow.core.placement import job_capacity as in_job_units
+    from qosflow.core.placement import placeable, pod_unit
+
+    raw = cluster.capacity(pod_unit(resources))
+    return in_job_units(resources, raw), placeable(resources, raw)
+
+
+def cluster_side(cluster: ClusterView, resources: Resources, active: Admitted) -> ClusterSide:
     """The cluster's side of an allocation, for a step that read ``active`` from it just now.
 
     The units qosflow jobs hold are the cluster's own count (``active``), not the board rows'
-    (a row may lag its job by a poll); the jobs the cluster shows done leave the board.
+    (a row may lag its job by a poll); the jobs the cluster shows done leave the board. The free
+    units are at most what this job's pods can be placed in (:func:`job_capacity`).
     """
     from qosflow_airflow.admitted import succeeded_jobs
 
-    capacity = cluster.capacity(unit)
+    capacity, fits = job_capacity(cluster, resources)
+    fragmented = fits < min(capacity.free, resources.max)  # free units its pods cannot use
     return ClusterSide(
-        free_units=capacity.free,
+        free_units=fits if fragmented else capacity.free,
         held_units=active.held_units + active.own_units,
         total_units=capacity.total,
         ended=tuple(sorted(succeeded_jobs(cluster))),

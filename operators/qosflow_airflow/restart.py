@@ -79,6 +79,10 @@ def submit_request(
         plan=state.plan if plan is None else plan,
         pod=spec.pod,
         checkpoint=spec.checkpoint,
+        launcher=spec.launcher,
+        per_node=spec.resources.per_node,
+        worker_unit=spec.resources.worker_unit,
+        per_worker=spec.resources.per_worker,
     )
 
 

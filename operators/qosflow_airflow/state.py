@@ -55,6 +55,7 @@ def job_to_dict(spec: JobSpec) -> dict[str, Any]:
             "levels": list(res.levels),
             "per_node": res.per_node,
             "memory_per_unit": res.memory_per_unit,
+            **({"per_worker": {res.worker_unit: res.per_worker}} if res.unit == "worker" else {}),
         },
         "checkpoint_every_steps": spec.checkpoint_every_steps,
         "best_effort": spec.best_effort,
@@ -64,6 +65,7 @@ def job_to_dict(spec: JobSpec) -> dict[str, Any]:
         "image": spec.image,
         "command": list(spec.command),
         "step_seconds_estimate": spec.step_seconds_estimate,
+        "launcher": spec.launcher,
         "pod": spec.pod.to_spec(),
         "checkpoint": None
         if spec.checkpoint is None
@@ -92,8 +94,8 @@ def json_safe(value: Any) -> Any:
 
 
 def samples_to_rows(samples: Iterable[ProgressSample]) -> list[list[float | None]]:
-    """JSON rows ``[time, steps_done, units, share]`` (``share`` ``None`` when unreported)."""
-    return [[s.time, s.steps_done, s.units, s.share] for s in samples]
+    """JSON rows ``[time, steps_done, units, share, pods]`` (``share`` ``None`` when unreported)."""
+    return [[s.time, s.steps_done, s.units, s.share, s.pods] for s in samples]
 
 
 def samples_from_rows(rows: Iterable[Sequence[float | None]]) -> list[ProgressSample]:
@@ -104,7 +106,8 @@ def samples_from_rows(rows: Iterable[Sequence[float | None]]) -> list[ProgressSa
     for row in rows:
         t, n, u = (float(v) if v is not None else math.nan for v in row[:3])
         share = row[3] if len(row) > 3 else None
-        out.append(ProgressSample(t, int(n), int(u), None if share is None else float(share)))
+        pods = int(row[4] or 1) if len(row) > 4 else 1
+        out.append(ProgressSample(t, int(n), int(u), None if share is None else float(share), pods))
     return out
 
 

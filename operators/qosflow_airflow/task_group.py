@@ -14,7 +14,10 @@ watches need one successful act (``none_failed_min_one_success``) and all three 
 ``finish`` has ``all_done``: it always runs; a job still running after the last round is steered
 by it until it ends (the same watch on the job board and the same actions, taken by the finish
 step itself: the loop never runs out); then it records and reports, and fails unless the
-training succeeded. A round's branch fires only on an action that changes something.
+training succeeded — or, by default, when it ended after its deadline (``on_miss``). A round's
+branch fires only on an action that changes something; its ``decide`` step's XCom says what was
+decided and why. Every task of the group links to the run's qosflow view (the UI plugin,
+:mod:`qosflow_airflow.plugin`).
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from airflow.sdk import TaskGroup, TriggerRule
 
 from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID
 from qosflow_airflow.operators.branch import DeadlineBranchOperator
-from qosflow_airflow.operators.finish import FinishTrainingOperator
+from qosflow_airflow.operators.finish import FinishTrainingOperator, OnMiss
 from qosflow_airflow.operators.plan import PlanTrainingOperator, SubmitTrainingOperator
 from qosflow_airflow.operators.rescale import PriorityBumpOperator, RescaleOperator
+from qosflow_airflow.plugin.links import QosflowViewLink
 from qosflow_airflow.run import DeadlineAnchor
 from qosflow_airflow.sensors.progress import DeadlineProgressSensor
 
@@ -119,10 +123,11 @@ def deadline_training(
     initial_units: int | str | None = None,
     poll_interval: float = 5.0,
     hold_seconds: float | None = None,
-    report_dir: str = ".qosflow/reports",
+    report_dir: str | None = None,
     deferrable: bool = True,
     deadline_anchor: DeadlineAnchor = "queued",
     finish_retries: int = 2,
+    on_miss: OnMiss = "fail",
 ) -> TaskGroup:
     """Build the deadline-training task group (call inside a ``DAG`` context).
 
@@ -135,7 +140,8 @@ def deadline_training(
         initial_units: Start size override (templated), ``None`` = the planned size.
         poll_interval: Seconds between progress polls.
         hold_seconds: How long a decision must hold (default: the job's ``dwell_seconds``).
-        report_dir: Directory of the PNG report.
+        report_dir: Where the reports go (templated; a folder under ``AIRFLOW_HOME`` or a URL),
+            overriding the connection's ``report_url`` (default ``$AIRFLOW_HOME/qosflow/reports``).
         deferrable: Watch from the triggerer (default) or poke from a worker.
         deadline_anchor: What a relative deadline counts from: ``queued`` (when the DAG run was
             queued: every re-run of it gets the same deadline), ``logical`` (its logical date)
@@ -143,6 +149,9 @@ def deadline_training(
         finish_retries: Retries of the finish step (2 by default: a retried finish re-attaches
             to the job's newest segment, and Airflow 3.3 can fail a task whose trigger fired
             while the scheduler was behind, apache/airflow#72716).
+        on_miss: A job that trained but ended late: ``"fail"`` (default: finish fails without
+            retry once history and report are written), ``"warn"``, or a callable that gets the
+            finish XCom dict (``met``, ``lateness_s``, ``margin_s``...) and may raise.
 
     Returns:
         The task group: ``plan`` is its root, ``finish`` its leaf.
@@ -163,19 +172,18 @@ def deadline_training(
         submit = SubmitTrainingOperator(
             task_id="submit", plan_task_id=f"{prefix}plan", conn_id=conn_id
         )
-        plan >> submit
-        loop = _Rounds(prefix, conn_id, poll_interval, hold_seconds, deferrable, [submit])
+        loop = _Rounds(prefix, conn_id, poll_interval, hold_seconds, deferrable, [plan >> submit])
         for k in range(1, rounds + 1):
             loop.add(k)
-        state_ids, watch_ids, act_ids = loop.state_ids, loop.watch_ids, loop.act_ids
         finish = FinishTrainingOperator(
             task_id="finish",
             plan_task_id=f"{prefix}plan",
-            watch_task_ids=watch_ids,
-            act_task_ids=act_ids,
-            state_task_ids=state_ids,
+            watch_task_ids=loop.watch_ids,
+            act_task_ids=loop.act_ids,
+            state_task_ids=loop.state_ids,
             conn_id=conn_id,
             report_dir=report_dir,
+            on_miss=on_miss,
             poll_interval=poll_interval,
             hold_seconds=hold_seconds,
             deferrable=deferrable,
@@ -184,4 +192,12 @@ def deadline_training(
             trigger_rule=TriggerRule.ALL_DONE,
         )
         [*loop.previous, *loop.dones] >> finish
+    return _linked(group)
+
+
+def _linked(group: TaskGroup) -> TaskGroup:
+    """Every task of the group with a link to its run's qosflow view (the UI plugin)."""
+    link = QosflowViewLink()
+    for task in group.iter_tasks():
+        task.operator_extra_links = (link,)
     return group

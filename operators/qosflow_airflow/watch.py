@@ -27,6 +27,7 @@ from qosflow.core.spec import JobSpec, Unit
 from qosflow.core.speed import ProgressSample, SpeedModel
 from qosflow.core.steer import steer
 from qosflow.core.usage import UsageReport, merge, share_between
+from qosflow_airflow import metrics
 from qosflow_airflow.state import DECISION, DONE, FAILED, json_safe, samples_to_rows
 
 if TYPE_CHECKING:
@@ -144,7 +145,8 @@ class EndWatch:
             return
         last = self.samples[-1] if self.samples else None
         if last is None or last.steps_done != status.steps_done or last.units != status.units:
-            self.samples.append(ProgressSample(now, status.steps_done, status.units))
+            pods = self.spec.resources.layout(status.units).pods if status.units else 1
+            self.samples.append(ProgressSample(now, status.steps_done, status.units, pods=pods))
 
     def _ended(self, status: JobStatus, now: float) -> WatchEvent:
         finished = status.finished_at if status.finished_at is not None else now
@@ -224,6 +226,7 @@ class Watcher(EndWatch):
         if not self.paused and not self._enough(status.units) and status.phase is Phase.RUNNING:
             return None
         decision = self.decide(status, now=now, free_units=free_units)
+        metrics.predicted(self.spec.key, decision, now=now)
         if decision.action in (Action.ON_TRACK, Action.DONE) or not math.isfinite(
             decision.median_finish
         ):  # nothing to do, or no steady speed measured yet: keep watching

@@ -67,9 +67,13 @@ class FakeCluster:
     def now(self) -> float:
         return self.clock
 
+    nodes: dict[str, int] = field(default_factory=dict)
+    """Free units per node, when a test sets them (else one pool)."""
+
     def capacity(self, unit):
         used = sum(s.units for s in self.jobs.values() if not s.phase.finished)
-        return Capacity(unit, self.capacity_units, self.capacity_units - used)
+        free = self.capacity_units - used
+        return Capacity(unit, self.capacity_units, free, dict(self.nodes))
 
     def _advance(self, name: str) -> JobStatus:
         st = self.jobs[name]

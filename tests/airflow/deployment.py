@@ -414,6 +414,9 @@ class Deployment:
     history_url: str
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     board_dir: Path | None = None
+    auth: bool = False
+    """Users log in (simple auth manager, user ``admin``) instead of everyone being an admin."""
+    _token: str | None = None
 
     def logfile(self, name: str) -> Path:
         """Where process ``name`` writes its stdout and stderr."""
@@ -461,11 +464,45 @@ class Deployment:
             raise AssertionError(f"deployment processes exited: {dead}")
 
     # -- REST ------------------------------------------------------------------------------------
-    def rest(self, method: str, path: str, body: Any = None) -> Any:
-        """One call of the public REST API (``/api/v2``; all users are admins here)."""
+    def password(self, username: str = "admin", timeout_s: float = 60.0) -> str:
+        """The password the api-server generated for ``username`` (``auth=True``)."""
+        path = self.home / "simple_auth_manager_passwords.json.generated"
+        give_up = time.monotonic() + timeout_s
+        while True:
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                return str(json.loads(path.read_text(encoding="utf-8"))[username])
+            if time.monotonic() > give_up:
+                raise AssertionError(f"no generated password for {username!r} in {path}")
+            time.sleep(0.5)
+
+    def login(self, username: str = "admin") -> str:
+        """A JWT for ``username`` from ``POST /auth/token`` (the UI's login does the same)."""
         import requests
 
-        resp = requests.request(method, f"{self.api_url}/api/v2{path}", json=body, timeout=30)
+        resp = requests.post(
+            f"{self.api_url}/auth/token",
+            json={"username": username, "password": self.password(username)},
+            timeout=30,
+        )
+        if resp.status_code >= 400:
+            raise AssertionError(f"login of {username}: {resp.status_code} {resp.text[:300]}")
+        return str(resp.json()["access_token"])
+
+    def headers(self) -> dict[str, str]:
+        """The REST calls' headers: a bearer token when users log in (``auth=True``)."""
+        if not self.auth:
+            return {}
+        if self._token is None:
+            self._token = self.login()
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def rest(self, method: str, path: str, body: Any = None) -> Any:
+        """One call of the public REST API (``/api/v2``), as an admin."""
+        import requests
+
+        resp = requests.request(
+            method, f"{self.api_url}/api/v2{path}", json=body, headers=self.headers(), timeout=30
+        )
         if resp.status_code >= 400:
             raise AssertionError(f"{method} {path}: {resp.status_code} {resp.text[:500]}")
         return resp.json() if resp.content else None
@@ -519,6 +556,13 @@ class Deployment:
             offset += len(page["task_instances"])
             if not page["task_instances"] or offset >= page["total_entries"]:
                 return out
+
+    def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one query on the metadata database."""
+        import psycopg
+
+        with psycopg.connect(_plain(self.metadata_url)) as conn:
+            return list(conn.execute(query, tuple(params)).fetchall())
 
     def xcoms(self, dag_id: str, run_id: str) -> dict[tuple[str, str], Any]:
         """Every XCom of the run, from the metadata database."""
@@ -616,7 +660,12 @@ def _summary(tis: Mapping[str, TaskInstance]) -> str:
 
 
 def _environment(
-    home: Path, dags: Path, metadata_url: str, api_port: int, connections: Mapping[str, Any]
+    home: Path,
+    dags: Path,
+    metadata_url: str,
+    api_port: int,
+    connections: Mapping[str, Any],
+    auth: bool = False,
 ) -> dict[str, str]:
     """The deployment's environment: the caller's, with every Airflow setting its own."""
     env = {
@@ -634,7 +683,8 @@ def _environment(
             "AIRFLOW__CORE__PARALLELISM": "12",
             "AIRFLOW__CORE__MAX_ACTIVE_TASKS_PER_DAG": "12",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": str(not auth),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": metadata_url,
             "AIRFLOW__API__HOST": "127.0.0.1",
@@ -665,6 +715,7 @@ def deployment(
     *,
     connections: Callable[[str], Mapping[str, Any]],
     record_board: bool = False,
+    auth: bool = False,
 ) -> Iterator[Deployment]:
     """Start a real deployment (see the module docstring); stop and clean it up afterwards.
 
@@ -673,6 +724,8 @@ def deployment(
         dag_files: The DAG files under test (copied into the DAG folder).
         connections: Connection id → connection (JSON form), given the history store's URL.
         record_board: Record every job-board allocation (:meth:`Deployment.board_log`).
+        auth: Users log in (the simple auth manager's user ``admin``, its generated password;
+            :meth:`Deployment.login`) instead of every request being an admin's.
     """
     admin = postgres_admin_url()
     with (
@@ -686,7 +739,7 @@ def deployment(
         metadata_url = _with_database(admin, meta_db, "psycopg2")
         history_url = _with_database(admin, hist_db, "psycopg")
         port = free_port()
-        env = _environment(home, dags, metadata_url, port, connections(history_url))
+        env = _environment(home, dags, metadata_url, port, connections(history_url), auth)
         hooks = home / "pyhooks"
         hooks.mkdir(exist_ok=True)
         (hooks / "sitecustomize.py").write_text(SITECUSTOMIZE, encoding="utf-8")
@@ -697,7 +750,13 @@ def deployment(
             board_dir.mkdir(exist_ok=True)
             env["QOSFLOW_TEST_BOARD_LOG"] = str(board_dir)
         dep = Deployment(
-            home, env, f"http://127.0.0.1:{port}", metadata_url, history_url, board_dir=board_dir
+            home,
+            env,
+            f"http://127.0.0.1:{port}",
+            metadata_url,
+            history_url,
+            board_dir=board_dir,
+            auth=auth,
         )
         try:
             t0 = time.monotonic()

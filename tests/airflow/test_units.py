@@ -240,6 +240,28 @@ def test_a_job_that_would_checkpoint_onto_the_pods_own_disk_is_refused_at_plan(
     assert plan.execute(_ctx("r-claim"))["job"]["checkpoint"]["volume"] == "qosflow-checkpoints"
 
 
+@pytest.mark.parametrize(
+    ("nodes", "verdict"),
+    [({"a": 8, "b": 8, "c": 0}, "guaranteed"), ({"a": 8, "b": 4, "c": 4}, "best_effort")],
+)
+def test_a_16_gpu_job_is_guaranteed_only_when_two_nodes_worth_of_gpus_are_free(
+    fake_cluster, nodes, verdict
+):
+    """16 GPUs on 8-GPU nodes are two pods of 8: 16 free GPUs spread 8 + 4 + 4 cannot hold them."""
+    from qosflow_airflow.operators.plan import PlanTrainingOperator
+
+    fake_cluster.capacity_units, fake_cluster.nodes = 16, nodes
+    spec = job(
+        name="ddp",
+        deadline="PT2H",
+        launcher="torchrun",
+        resources={"unit": "gpu", "min": 16, "max": 32, "levels": [16, 32], "per_node": 8},
+        step_seconds_estimate=1.0,
+    )
+    plan = PlanTrainingOperator(task_id="plan", job=spec).execute(_ctx(f"r-{verdict}"))
+    assert plan["verdict"] == verdict, plan["reason"]
+
+
 # ------------------------------------------------------------------ branch
 
 

@@ -95,3 +95,18 @@ def test_a_job_without_a_checkpoint_gets_the_connections_claim() -> None:
     assert gpu["spec"]["entrypoint"] == "train-gpu"
     mounts = gpu["spec"]["templateDefaults"]["container"]["volumeMounts"]
     assert mounts[-1] == {"name": "checkpoints", "mountPath": "/var/lib/qosflow/checkpoints"}
+
+
+def test_sixteen_gpus_on_eight_gpu_nodes_render_as_two_pods_of_eight() -> None:
+    doc = yaml.safe_load((RENDERED / "ddp-gpu-pretrain.workflow.yaml").read_text())
+    args = {p["name"]: p["value"] for p in doc["spec"]["arguments"]["parameters"]}
+    assert doc["spec"]["entrypoint"] == "train-workers-gpu"
+    assert (args["pods"], args["units"], args["nproc"]) == ("2", "8", "8")
+    assert doc["metadata"]["annotations"]["qosflow.dev/units"] == "16"
+    template = manifests.workflow_template()
+    steps = next(t for t in template["spec"]["templates"] if t["name"] == "train-workers-gpu")
+    (rendezvous,), (workers,) = steps["steps"]
+    assert rendezvous["template"] == "rendezvous"
+    assert workers["withSequence"] == {"count": "{{workflow.parameters.pods}}"}
+    daemon = next(t for t in template["spec"]["templates"] if t["name"] == "rendezvous")
+    assert daemon["daemon"] is True and daemon["container"]["readinessProbe"]["tcpSocket"]

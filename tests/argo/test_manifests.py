@@ -122,7 +122,7 @@ def test_template_cpu_container_is_guaranteed_and_resizable() -> None:
 def test_no_container_quantity_is_templated() -> None:
     """Argo decodes templates into Kubernetes types: a quantity must be a literal."""
     for tmpl in manifests.workflow_template()["spec"]["templates"]:
-        assert "{{" not in json.dumps(tmpl["container"].get("resources") or {})
+        assert "{{" not in json.dumps((tmpl.get("container") or {}).get("resources") or {})
 
 
 def test_retries_cover_any_segment_length_bounded_by_the_deadline() -> None:
@@ -130,6 +130,9 @@ def test_retries_cover_any_segment_length_bounded_by_the_deadline() -> None:
     minutes never retried a segment that had trained longer. The workflow's
     ``activeDeadlineSeconds`` (deadline + grace) bounds the retries instead."""
     for tmpl in manifests.workflow_template()["spec"]["templates"]:
+        if "retryStrategy" not in tmpl:
+            assert tmpl.get("daemon") or "steps" in tmpl, tmpl["name"]
+            continue
         strategy = tmpl["retryStrategy"]
         assert strategy["limit"] == 3 and strategy["retryPolicy"] == "Always"
         assert "maxDuration" not in strategy["backoff"], tmpl["name"]
@@ -298,7 +301,8 @@ def test_gpu_segment_selects_the_gpu_template_and_best_effort_has_no_deadline() 
         ({"checkpoint": None}, "checkpoint"),
         ({"pod": PodSettings(volumes=({"name": "ckpt", "emptyDir": {}},))}, "checkpoint.volume"),
         ({"checkpoint_dir": "/elsewhere/resnet"}, "checkpoint_dir"),
-        ({"unit": "worker"}, "resources.unit"),
+        ({"unit": "worker"}, "launcher"),
+        ({"units": 16, "per_node": 8}, "launcher"),
         ({"memory_per_unit": "lots"}, "memory_per_unit"),
         ({"units": 0}, "units"),
     ],

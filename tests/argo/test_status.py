@@ -85,6 +85,47 @@ def test_progress_of_the_newest_training_attempt() -> None:
     assert (st.priority, st.priority_class, st.job, st.segment) == (7, "qosflow-low", "j", 0)
 
 
+def test_a_multi_pod_segments_progress_is_the_pod_torchrun_made_rank_0() -> None:
+    """The rendezvous, not Argo's numbering, decides which pod holds rank 0 (and reports)."""
+
+    def pod(name: str, progress: str, phase: str = "Running") -> dict[str, Any]:
+        return {
+            "id": name,
+            "displayName": name,
+            "type": "Pod",
+            "phase": phase,
+            "progress": progress,
+            "templateName": "rendezvous" if name == "rendezvous" else "worker-cpu",
+            "startedAt": "2026-11-29T10:00:00Z",
+        }
+
+    nodes = {
+        "r": pod("rendezvous", "0/1"),
+        "w0": pod("worker(0:0)", "0/1"),
+        "w1": pod("worker(1:1)", "771/1000"),
+    }
+    st = job_status(wf(nodes=nodes, steps="1000"))
+    assert (st.steps_done, st.total_steps) == (771, 1000)
+    # a failed attempt's higher count never hides the running attempt's
+    nodes["w1"] = pod("worker(1:1)", "900/1000", phase="Failed")
+    nodes["w2"] = pod("worker(1:1)(1)", "800/1000")
+    assert job_status(wf(nodes=nodes, steps="1000")).steps_done == 800
+
+
+def test_a_segment_whose_workers_cannot_all_start_says_which_wait_and_why() -> None:
+    def worker(i: int, phase: str, message: str = "") -> dict[str, Any]:
+        name = f"worker({i}:{i})"
+        node = {"id": name, "displayName": name, "type": "Pod", "phase": phase}
+        return {**node, "templateName": "worker-cpu", "message": message}
+
+    why = "Unschedulable: 0/2 nodes are available: 2 Insufficient cpu."
+    nodes = {"a": worker(0, "Running"), "b": worker(1, "Pending", why)}
+    st = job_status(wf(nodes=nodes))
+    assert st.message == f"1 of 2 worker pods have not started: {why}"
+    nodes["b"] = worker(1, "Running")
+    assert job_status(wf(nodes=nodes)).message == ""
+
+
 def test_running_workflow_with_a_pending_pod_is_queued() -> None:
     nodes = {
         "n": {

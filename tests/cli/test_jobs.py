@@ -51,7 +51,7 @@ def test_plan_without_any_speed_information_probes_instead_of_promising(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job = unknown_speed_job(tmp_path)
-    assert main(["plan", str(job), "--cluster", "4x8", "--now", NOW]) == 0
+    assert main(["plan", str(job), "--cluster", "4x8", "--now", NOW]) == 3  # best effort
     out = capsys.readouterr().out
     assert "best_effort" in out and "no speed is known" in out
 
@@ -120,6 +120,8 @@ def test_bad_progress_row_names_file_line_and_column(tmp_path: Path) -> None:
         ("time,steps,units\n10,5,1\n5,6,1\n", ":3:time: must not go back in time"),
         ("time,steps,units\n10,5,0\n", ":2: steps must be >= 0 and units >= 1"),
         ("when,steps\n1,2\n", ":1: header must have columns time, steps, units"),
+        ("steps,units,time\n1,1\n", ":2:time: is missing: the row has fewer columns"),
+        ("time,steps,units\n1,\x00,1\n", ":2:steps: must be an integer"),
     ],
 )
 def test_bad_progress_logs_are_refused(
@@ -136,7 +138,7 @@ def test_unknown_speed_with_hard_reject_policy_is_rejected(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     job = unknown_speed_job(tmp_path, policy="reject")
-    assert main(["plan", str(job), "--cluster", "4x8", "--now", NOW]) == 0
+    assert main(["plan", str(job), "--cluster", "4x8", "--now", NOW]) == 4  # rejected
     out = capsys.readouterr().out
     assert "rejected" in out and "if_not_guaranteed: reject" in out
     assert "no schedule yet" in out
@@ -150,3 +152,36 @@ def test_replay_without_steady_progress_is_measuring_not_at_risk(
     assert main(["replay", str(job), str(tmp_path / "p.csv"), "--now", NOW]) == 0
     out = capsys.readouterr().out
     assert "on_track" in out and "measuring" in out and "at_risk" not in out
+
+
+def test_a_binary_progress_log_is_bad_input(tmp_path: Path) -> None:
+    bad = tmp_path / "progress.csv"
+    bad.write_bytes(b"time,steps,units\n\x89\xff,1,1\n")
+    proc = qosflow("replay", str(EXAMPLES / "ctr-nightly.yaml"), str(bad), "--now", NOW)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr == f"error: {bad}: is not a text file: a progress log is CSV in UTF-8\n"
+
+
+def test_replay_says_times_since_submission_in_human_units() -> None:
+    progress = EXAMPLES / "ctr-nightly-progress.csv"
+    proc = qosflow(
+        "replay", str(EXAMPLES / "ctr-nightly.yaml"), str(progress), "--now", NOW, "--every", "10"
+    )
+    assert proc.returncode == 0
+    assert "since submission" in proc.stdout and "21 min 52 s" in proc.stdout
+    assert " h " in proc.stdout and " s left" not in proc.stdout.replace("min", "")
+
+
+def test_an_unexpected_error_is_one_line_and_exit_code_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qosflow.core import planning
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(planning, "plan_job", broken)
+    proc = qosflow("plan", str(EXAMPLES / "ctr-nightly.yaml"), "--cluster", "4x8", "--now", NOW)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: unexpected ZeroDivisionError: division by zero (a bug")
+    monkeypatch.setenv("QOSFLOW_TRACEBACK", "1")
+    proc = qosflow("plan", str(EXAMPLES / "ctr-nightly.yaml"), "--cluster", "4x8", "--now", NOW)
+    assert proc.returncode == 1 and "Traceback" in proc.stderr  # asked for

@@ -539,13 +539,13 @@ def test_a_job_in_time_only_without_its_margin_is_told_so() -> None:
     new = job("new", 2, int(1.95 * 3600 * 8**0.8), guaranteed=False, margin=600.0)
     verdict = admit(new, [], capacity=8, now=NOW)
     assert verdict.kind == "best_effort"  # it may still make it: never refused
-    assert "needs 117.0 min even alone at 8 units but only 110.0 min are left" in verdict.reason
-    assert "600 s margin" in verdict.reason and "inf" not in verdict.reason
+    assert "needs 1 h 57 min even alone at 8 units but only 1 h 50 min are left" in verdict.reason
+    assert "10 min margin" in verdict.reason and "inf" not in verdict.reason
 
 
 def test_a_minute_scale_job_is_told_in_seconds_and_minutes() -> None:
     # alone at 8 units it needs 90 s of the 60 s left: no "0.03 h"
     new = job("new", 60 / 3600, int(90 * 8**0.8), guaranteed=False, margin=0.0)
     verdict = admit(new, [], capacity=8, now=NOW)
-    assert "needs 90 s even alone at 8 units but only 60 s are left" in verdict.reason
+    assert "needs 1 min 30 s even alone at 8 units but only 1 min are left" in verdict.reason
     assert " h " not in verdict.reason and "0.0" not in verdict.reason

@@ -361,7 +361,7 @@ def job_inputs(draw: st.DrawFn, name: str, now: float, probing: bool = True) -> 
     s = spec(
         name,
         steps,
-        draw(st.floats(60, 7200)),
+        draw(st.floats(61, 7200)),  # longer than the largest margin (60 s)
         at=submitted,
         levels=levels,
         policy=draw(st.sampled_from(["run_best_effort", "reject"])),

@@ -46,6 +46,13 @@ def test_samples_round_trip_newest_first_limit_and_isolation(store_url: str) -> 
     assert store.samples("missing", "cpu") == []
 
 
+def test_a_multi_pod_size_is_recorded_as_pods_times_units(store_url: str) -> None:
+    store = HistoryStore(store_url)
+    rows = [ProgressSample(0.0, 0, 8), ProgressSample(9.0, 90, 16, pods=2)]
+    store.record_samples("ddp", "gpu", rows)
+    assert [(s.units, s.pods) for s in store.samples("ddp", "gpu")] == [(8, 1), (16, 2)]
+
+
 def test_recording_the_same_samples_twice_stores_them_once(store_url: str) -> None:
     store = HistoryStore(store_url)
     rows = [ProgressSample(float(i), i, 1) for i in range(20)]

@@ -15,6 +15,9 @@ Exit codes:
   checkpoint directory holding another run's checkpoints);
 * ``75`` — stopped by SIGTERM (or Ctrl-C) after writing a checkpoint (``{"event": "stopped",
   ...}`` on stdout); rerun with resume to continue.
+
+``python -m qosflow_trainer --ddp`` trains the same model data-parallel with PyTorch DDP, one
+process per rank under torchrun (:mod:`qosflow_trainer.ddp`, :mod:`qosflow_trainer.launch`).
 """
 
 from __future__ import annotations
@@ -38,8 +41,13 @@ from qosflow_trainer.preemption import EXIT_USAGE  # noqa: E402
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse options, run the job, return the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--ddp" in args:  # the PyTorch DDP mode, run under torchrun (qosflow_trainer.launch)
+        from qosflow_trainer.ddp import main as ddp_main
+
+        return ddp_main([a for a in args if a != "--ddp"])
     try:
-        config = parse_config(sys.argv[1:] if argv is None else argv, os.environ)
+        config = parse_config(args, os.environ)
         return TrainingJob(config).run()
     except TrainerError as exc:
         sys.stderr.write(f"error: {exc}\n")

@@ -211,6 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help=f"{opt.help}; env {opt.env}{default}",
         )
+    parser.add_argument(
+        "--ddp",
+        action="store_true",
+        help="train data-parallel with PyTorch DDP under torchrun (qosflow_trainer.ddp; needs "
+        "the torch extra); --shards, --cpu-check-every, --cgroup-cpu-max keep their meaning",
+    )
     return parser
 
 

@@ -19,3 +19,11 @@ class TrainerError(ValueError):
         self.field = field
         self.rule = rule
         super().__init__(f"{field}: {rule}" if field else rule)
+
+
+def missing_torch(command: str) -> TrainerError:
+    """The error for a PyTorch command run where PyTorch is not installed."""
+    return TrainerError(
+        "PyTorch",
+        f"{command} needs it and it is not installed: pip install 'qosflow-trainer[torch]'",
+    )

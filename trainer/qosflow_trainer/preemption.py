@@ -18,14 +18,21 @@ Exit codes of the reference trainer (and the default here):
 * ``75`` (``EX_TEMPFAIL`` in ``sysexits.h``: "temporary failure, retry later") — stopped by
   SIGTERM **after** writing a checkpoint; resubmitting with resume continues from it. An exit by
   SIGKILL shows as 137 instead, so 75 proves the checkpoint was written.
+
+Under ``python -m qosflow_trainer.launch`` (torchrun) the pod's exit code is the launcher's, and
+torchrun reports a SIGTERM it forwarded as an error whatever its workers did. So a worker that
+exits 75 after a checkpoint also leaves a mark in ``$QOSFLOW_STOPPED_DIR`` (set by the launcher;
+:func:`mark_checkpointed_exit`), and the launcher exits 75 when every local worker did.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -33,6 +40,33 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_CHECKPOINTED = 75
+STOPPED_DIR_ENV = "QOSFLOW_STOPPED_DIR"
+"""Where a worker of ``qosflow_trainer.launch`` marks a checkpointed exit (one file per local rank)."""
+
+
+def _mark_path(environ: Mapping[str, str]) -> Path | None:
+    directory = environ.get(STOPPED_DIR_ENV)
+    if not directory:
+        return None
+    return Path(directory) / f"local-rank-{environ.get('LOCAL_RANK', '0')}"
+
+
+def mark_checkpointed_exit(environ: Mapping[str, str] | None = None) -> None:
+    """Tell the launcher that this worker exits with :data:`EXIT_CHECKPOINTED` after a save.
+
+    A no-op unless ``$QOSFLOW_STOPPED_DIR`` is set (``python -m qosflow_trainer.launch`` sets it).
+    """
+    path = _mark_path(os.environ if environ is None else environ)
+    if path is not None:
+        path.write_text(f"{EXIT_CHECKPOINTED}\n", encoding="ascii")
+
+
+def clear_checkpointed_exit(environ: Mapping[str, str] | None = None) -> None:
+    """Remove this worker's mark (a restarted worker has not checkpointed its own stop yet)."""
+    path = _mark_path(os.environ if environ is None else environ)
+    if path is not None:
+        path.unlink(missing_ok=True)
+
 
 _Handler = Callable[[int, FrameType | None], Any] | int | None
 
@@ -61,6 +95,7 @@ class CheckpointHandler:
         """Register the signal handlers (must run in the main thread)."""
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("install_checkpoint_handler must be called from the main thread")
+        clear_checkpointed_exit()
         for signum in self._signals:
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
@@ -95,6 +130,8 @@ class CheckpointHandler:
     def _save_and_exit(self) -> None:
         self._saving = True
         self._save_fn()
+        if self.exit_code == EXIT_CHECKPOINTED:
+            mark_checkpointed_exit()
         raise SystemExit(self.exit_code)
 
 

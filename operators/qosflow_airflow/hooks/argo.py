@@ -13,7 +13,10 @@ Connection fields:
   checkpoints on) and ``checkpoint_path`` (where it is mounted, default
   ``/var/lib/qosflow/checkpoints``), ``tolerations`` (a list of Kubernetes tolerations),
   ``node_selector`` (a mapping); and ``gpu_resource`` (the extended resource a GPU is, default
-  ``nvidia.com/gpu``).
+  ``nvidia.com/gpu``);
+* ``report_url`` — where the finish step stores its reports and the api-server's qosflow view
+  reads them: a folder (relative: under ``AIRFLOW_HOME``) or an object-storage URL
+  (:mod:`qosflow_airflow.report_store`); default ``$AIRFLOW_HOME/qosflow/reports``.
 
 Nothing is contacted until :meth:`QosflowArgoHook.get_cluster` is called.
 
@@ -64,6 +67,7 @@ class ClusterConfig:
         history_url: SQLAlchemy URL of the history store.
         defaults: The cluster's defaults for what a job spec leaves unset.
         gpu_resource: The extended resource a GPU is on this cluster.
+        report_url: Where reports are stored (``None``: ``$AIRFLOW_HOME/qosflow/reports``).
     """
 
     argo_url: str
@@ -76,6 +80,7 @@ class ClusterConfig:
     history_url: str
     defaults: PodDefaults = field(default_factory=PodDefaults)
     gpu_resource: str = "nvidia.com/gpu"
+    report_url: str | None = None
 
     def __repr__(self) -> str:
         """Every field but the secrets: no token, the history URL with its password masked."""
@@ -84,7 +89,8 @@ class ClusterConfig:
             f"token={'***' if self.token else None}, kube_url={self.kube_url!r}, "
             f"kubeconfig={self.kubeconfig!r}, verify_ssl={self.verify_ssl!r}, "
             f"ca_cert={self.ca_cert!r}, history_url={masked_url(self.history_url)!r}, "
-            f"defaults={self.defaults!r}, gpu_resource={self.gpu_resource!r})"
+            f"defaults={self.defaults!r}, gpu_resource={self.gpu_resource!r}, "
+            f"report_url={self.report_url!r})"
         )
 
 
@@ -211,6 +217,7 @@ def config_from_connection(
         history_url=_text(extras, "history_url") or DEFAULT_HISTORY_URL,
         defaults=pod_defaults(extras),
         gpu_resource=_text(extras, "gpu_resource") or "nvidia.com/gpu",
+        report_url=_text(extras, "report_url"),
     )
 
 

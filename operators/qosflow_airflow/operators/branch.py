@@ -1,4 +1,10 @@
-"""``DeadlineBranchOperator``: map the round's decision to the task ids that act on it."""
+"""``DeadlineBranchOperator``: map the round's decision to the task ids that act on it.
+
+Its XCom is the decision in full, so the grid says what was decided and why, not only which
+branch turned green: the action, the target size and the size it had, the reason in words, the
+branch taken (``branch``: the task id; ``taken``: its name in the round), the watch's message and
+the decision's predictions (median and conservative finish, deadline, margin).
+"""
 
 from __future__ import annotations
 
@@ -78,9 +84,48 @@ class DeadlineBranchOperator(BaseBranchOperator):
     def choose_branch(self, context: Any) -> str | Iterable[str] | None:
         """The task id of the decided action."""
         event = context["ti"].xcom_pull(task_ids=self.watch_task_id) or {}
-        decision = event.get("decision")
-        chosen = branch_for(decision, self.branches, event.get("units"))
+        return branch_for(event.get("decision"), self.branches, event.get("units"))
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        """Publish the decision, its reason and the branch (XCom); follow the branch.
+
+        The record is pushed as the ``return_value`` XCom *before* branching: Airflow 3 skips
+        the other branches by raising ``DownstreamTasksSkipped`` out of ``do_branch``, so a
+        returned value would never be stored.
+        """
+        ti = context["ti"]
+        event = ti.xcom_pull(task_ids=self.watch_task_id) or {}
+        chosen = self.choose_branch(context)
+        record = decision_record(event, str(chosen))
+        ti.xcom_push(key="return_value", value=record)
         self.log.info(
-            "decision %s → %s: %s", (decision or {}).get("action"), chosen, event.get("message")
+            "decided %s (%s → %s units) → %s: %s",
+            record["action"],
+            record["current_units"],
+            record["units"],
+            record["taken"],
+            record["reason"],
         )
-        return chosen
+        self.do_branch(context, chosen)
+        return record
+
+
+def decision_record(event: Mapping[str, Any], chosen: str) -> dict[str, Any]:
+    """What the decide step publishes: the watch's decision and the branch it took."""
+    decision = dict(event.get("decision") or {})
+    return {
+        "action": decision.get("action"),
+        "units": decision.get("units"),
+        "current_units": event.get("units"),
+        "reason": decision.get("reason"),
+        "branch": chosen,
+        "taken": chosen.rsplit(".", 1)[-1],
+        "time": event.get("time"),
+        "workflow": event.get("workflow"),
+        "message": event.get("message"),
+        "priority_class": decision.get("priority_class"),
+        "median_finish": decision.get("median_finish"),
+        "conservative_finish": decision.get("conservative_finish"),
+        "deadline": decision.get("deadline"),
+        "margin": decision.get("margin"),
+    }

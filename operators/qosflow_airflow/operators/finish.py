@@ -8,8 +8,16 @@ cluster allocator, :func:`qosflow.core.steer.steer`), and it takes the same acti
 waits again, until the job ends. Its actions are in its log, in its ``acts`` XCom and on the
 report. Then it takes the job off the board (its units are free for the others), records the
 observed progress in the history store so the next run starts from a fitted model, and writes
-the report — a table (logged and pushed) and a PNG. It fails when the job was never submitted or
-did not succeed, so the DAG run fails with the reason.
+the report — a table (logged and pushed) and a PNG, stored where the api-server can read it
+(:mod:`qosflow_airflow.report_store`). It fails when the job was never submitted or did not
+succeed, so the DAG run fails with the reason.
+
+**A missed deadline is loud.** A job that trained but ended after its deadline is handled by
+``on_miss``, *after* the history is recorded and the report written (the next run learns from
+it either way): ``"fail"`` (the default) fails the task without retry, so the DAG run is red and
+its downstream tasks do not run; ``"warn"`` logs a warning and succeeds; a callable gets the
+finish XCom dict (``met``, ``lateness_s``, ``margin_s``, ``verdict``, ``png``...) and may raise,
+which fails the task without retry. A failed task pushes the dict under the XCom key ``report``.
 
 A busy history store does not fail a job whose training succeeded: a transient store error
 (``database is locked`` after the busy timeout, a lost connection) is retried in the task for
@@ -21,20 +29,21 @@ not seen again, so it is not recorded).
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from qosflow.core.cluster import JobStatus, Phase
+from qosflow.core.cluster import JobStatus
 from qosflow.core.errors import QosflowError
-from qosflow_airflow import act
+from qosflow_airflow import act, metrics, report_store
 from qosflow_airflow.operators.base import QosflowOperator, guarded, transient_store_error
-from qosflow_airflow.report import Mark, Report
+from qosflow_airflow.report import Report, build_report
 from qosflow_airflow.restart import newest_segment
+from qosflow_airflow.run import run_identity
 from qosflow_airflow.state import (
     DECISION,
     FAILED,
@@ -55,6 +64,11 @@ if TYPE_CHECKING:
     from qosflow.core.speed import ProgressSample
     from qosflow_airflow.watch import WatchEvent
 
+OnMiss = Literal["fail", "warn"] | Callable[[dict[str, Any]], Any]
+"""What a missed deadline does: fail the task (default), warn, or call a function with the
+finish XCom dict (it may raise)."""
+ON_MISS: tuple[str, ...] = ("fail", "warn")
+
 
 class FinishTrainingOperator(QosflowOperator):
     """Wait for the end, then record and report.
@@ -63,7 +77,12 @@ class FinishTrainingOperator(QosflowOperator):
         plan_task_id: The plan step.
         watch_task_ids: All watch steps, in round order.
         act_task_ids: All rescale/bump steps, in round order.
-        report_dir: Where the PNG goes (``<report_dir>/<job>.png``).
+        report_dir: Where the PNG goes, overriding the connection's ``report_url`` (a folder,
+            relative ones under ``AIRFLOW_HOME``, or an object-storage URL): the report is
+            ``<report_dir>/<dag_id>/<run_id>/<job>.png``.
+        on_miss: What a missed deadline does: ``"fail"`` (default: the task fails without retry
+            once the history is recorded and the report written), ``"warn"``, or a callable that
+            gets the finish XCom dict (and may raise: the task then fails without retry).
         poll_interval: Seconds between polls while waiting for the end.
         deferrable: Wait in the triggerer (default).
         steer: Keep steering the job until it ends (default); ``False``: only wait for the end.
@@ -95,7 +114,8 @@ class FinishTrainingOperator(QosflowOperator):
         plan_task_id: str,
         watch_task_ids: Sequence[str] = (),
         act_task_ids: Sequence[str] = (),
-        report_dir: str = ".qosflow/reports",
+        report_dir: str | None = None,
+        on_miss: OnMiss = "fail",
         poll_interval: float = 5.0,
         deferrable: bool = True,
         steer: bool = True,
@@ -108,7 +128,10 @@ class FinishTrainingOperator(QosflowOperator):
         self.plan_task_id = plan_task_id
         self.watch_task_ids = list(watch_task_ids)
         self.act_task_ids = list(act_task_ids)
+        if not callable(on_miss) and on_miss not in ON_MISS:
+            raise ValueError(f"on_miss: must be 'fail', 'warn' or a callable (got {on_miss!r})")
         self.report_dir = report_dir
+        self.on_miss = on_miss
         self.poll_interval = poll_interval
         self.deferrable = deferrable
         self.steer = steer
@@ -324,24 +347,65 @@ class FinishTrainingOperator(QosflowOperator):
         if report.succeeded and samples:
             pairs = _prediction_pairs(events, report.finished_at, status.units)
             self.record(spec.key, spec.resources.unit, samples, pairs)
-        png = report.plot(Path(self.report_dir) / f"{spec.name}.png").resolve()
-        table = report.table()
-        self.log.info("report for %s:\n%s\nplot: %s", spec.name, table, png)
-        result = {
-            "job": spec.name,
-            "verdict": report.verdict(),
-            "met": report.met,
-            "margin_s": report.margin_s,
-            "finished_at": report.finished_at,
-            "png": str(png),
-            "table": table,
-            "workflow": state.workflow,
-            "acts_after_rounds": len(own_acts),
-        }
+        result = self._report(context, report, spec.name)
+        result.update(workflow=state.workflow, acts_after_rounds=len(own_acts), acts=list(own_acts))
+        late = report.lateness_s if report.succeeded else None
+        metrics.job_finished(
+            spec.key,
+            met=report.met,
+            lateness_s=math.nan if late is None else late,
+            guaranteed=plan.get("verdict") == "guaranteed",
+        )
         if not report.succeeded:
             ti.xcom_push(key="report", value=result)
             raise AirflowFailException(report.verdict())
+        if report.missed:
+            self._missed(ti, result)
         return result
+
+    def _report(self, context: Any, report: Report, job: str) -> dict[str, Any]:
+        """Write the PNG where the api-server reads it, log the table; the finish XCom dict."""
+        root = report_store.report_root(self.report_dir, self.hook.config.report_url)
+        run = run_identity(context)
+        url = report_store.report_url(
+            root, job, run.dag_id if run else "", run.run_id if run else ""
+        )
+        png = report_store.write(url, report.png())
+        table = report.table()
+        self.log.info("report for %s:\n%s\nplot: %s", job, table, png)
+        return {
+            "job": job,
+            "verdict": report.verdict(),
+            "outcome": "met" if report.met else ("missed" if report.succeeded else "failed"),
+            "met": report.met,
+            "lateness_s": report.lateness_s,
+            "margin_s": report.margin_s,
+            "deadline": None if math.isinf(report.deadline) else report.deadline,
+            "finished_at": report.finished_at,
+            "png": png,
+            "report_url": url,
+            "table": table,
+        }
+
+    def _missed(self, ti: Any, result: dict[str, Any]) -> None:
+        """A missed deadline: fail without retry, warn, or hand the result to ``on_miss``."""
+        verdict = str(result["verdict"])
+        if self.on_miss == "warn":
+            self.log.warning("%s (on_miss='warn': the task succeeds)", verdict)
+            return
+        if self.on_miss == "fail" or not callable(self.on_miss):
+            ti.xcom_push(key="report", value=result)
+            raise AirflowFailException(
+                f"{verdict}: the history is recorded and the report written ({result['png']}); "
+                "on_miss='warn' lets a missed deadline pass"
+            )
+        try:
+            self.on_miss(dict(result))
+        except Exception as exc:
+            ti.xcom_push(key="report", value=result)
+            if isinstance(exc, AirflowFailException):
+                raise
+            raise AirflowFailException(f"{verdict}: on_miss raised {exc!r}") from exc
 
 
 def _samples(
@@ -367,46 +431,3 @@ def _prediction_pairs(
         if int(decision.get("units", -1)) == final_units and finished > at:
             pairs.append((float(median) - float(at), finished - float(at)))
     return pairs
-
-
-def build_report(
-    plan: Mapping[str, Any],
-    events: Sequence[Mapping[str, Any]],
-    acts: Sequence[Mapping[str, Any]],
-    samples: Sequence[ProgressSample],
-    status: JobStatus,
-) -> Report:
-    """Assemble the report from XCom payloads and the final status."""
-    spec = job_from_dict(plan["job"])
-    marks = [
-        Mark(
-            float(e["time"]),
-            str(e["decision"]["action"]),
-            int(e["decision"]["units"]),
-            str(e["decision"]["reason"]),
-        )
-        for e in events
-        if e.get("decision") and e["decision"].get("action") != "done"
-    ]
-    marks += [
-        Mark(float(a["time"]), str(a["how"]), int(a["units"]), str(a["reason"]))
-        for a in acts
-        if a.get("how") not in (None, "none")
-    ]
-    succeeded = status.phase is Phase.SUCCEEDED
-    finished = status.finished_at if status.phase.finished else None
-    if succeeded and finished is None and samples:
-        finished = samples[-1].time
-    schedule = [(float(t), int(s)) for t, s in (plan.get("plan") or {}).get("schedule", [])]
-    return Report(
-        job=spec.name,
-        total_steps=spec.total_steps,
-        start=float(plan.get("planned_at", spec.submitted_at)),
-        deadline=spec.deadline,
-        finished_at=finished,
-        succeeded=succeeded,
-        schedule=schedule,
-        samples=list(samples),
-        marks=sorted(marks, key=lambda m: m.time),
-        message=status.message,
-    )

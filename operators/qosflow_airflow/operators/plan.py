@@ -198,6 +198,7 @@ class PlanTrainingOperator(QosflowOperator):
         """Plan against the history and the jobs already guaranteed; record a new promise."""
         from qosflow.core.planning import plan_job
         from qosflow.core.prior import prior_of
+        from qosflow_airflow.board import job_capacity
 
         res = spec.resources
         store = self.hook.get_history()
@@ -206,14 +207,16 @@ class PlanTrainingOperator(QosflowOperator):
             prior = prior_of(history, res.per_node, now=now)
             calibration = store.calibration(spec.key)
             active = admitted_jobs(cluster, unit=res.unit, exclude=ident, pending={})
-            capacity = cluster.capacity(res.unit)
+            capacity, fits = job_capacity(cluster, res)
             if capacity.total < 1:
                 gpu = str(getattr(cluster, "gpu_resource", "nvidia.com/gpu"))
                 raise SpecError("resources.unit", _NO_UNITS[res.unit].format(gpu=gpu))
             free = capacity.free + active.held_units + active.own_units  # a re-plan's own
+            if fits < min(capacity.free, res.max):  # free units the job's pods cannot use
+                free = fits + active.own_units
             plan = plan_job(  # the job's own numbers: prediction, schedule, class, offer
                 spec,
-                capacity=min(free, capacity.total),
+                capacity=max(1, min(free, capacity.total)),  # 0: nothing fits now
                 now=now,
                 admitted=active.guaranteed,
                 prior=prior,
@@ -253,7 +256,7 @@ class PlanTrainingOperator(QosflowOperator):
             publish(entry, plan.belief, factor),
             now=now,
             plan_factor=None,
-            **cluster_side(cluster, res.unit, active),
+            **cluster_side(cluster, res, active),
         )
         told = answer.allocation.verdicts.get(ident)
         mine = answer.mine

@@ -18,6 +18,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from qosflow.core.cluster import Actuator, ClusterView, Phase, UsageView
 from qosflow.core.errors import ClusterError, QosflowError
+from qosflow_airflow import metrics
 from qosflow_airflow.hooks.argo import DEFAULT_CONN_ID, config_from_connection
 from qosflow_airflow.state import TrainingState, samples_from_rows
 
@@ -228,7 +229,7 @@ def board_allocator(state: TrainingState, history_url: str, cluster: ClusterView
         )
         factor = watcher.calibration.factor
         active = admitted_jobs(cluster, unit=unit, exclude=state.name, pending={})
-        side = cluster_side(cluster, unit, active)
+        side = cluster_side(cluster, state.spec.resources, active)
         store = HistoryStore(history_url)
         try:
             return allocate_on_board(
@@ -251,5 +252,9 @@ def poll_once(cluster: ClusterView, watcher: EndWatch) -> WatchEvent | None:
     running = status.phase is Phase.RUNNING and status.pod_name
     if running and isinstance(cluster, UsageView):  # the finish step's samples need it too
         usage = cluster.usage(str(status.pod_name))
-    free = cluster.capacity(watcher.spec.resources.unit).free
-    return watcher.observe(status, now=cluster.now(), free_units=free, usage=usage)
+    from qosflow_airflow.board import job_capacity
+
+    free = job_capacity(cluster, watcher.spec.resources)[0].free
+    event = watcher.observe(status, now=cluster.now(), free_units=free, usage=usage)
+    metrics.polled(watcher, status, event)
+    return event

@@ -181,9 +181,10 @@ class _Energy:
             when, need = self.dues[k], self.cum[k + 1] + mine
         else:
             return None
+        exist = self.supply * max(when - self.now, 0.0)
         return (
-            f"the jobs due by {_iso(when)} would need {unit_time(need)} but only "
-            f"{unit_time(self.supply * max(when - self.now, 0.0))} exist"
+            f"the jobs due by {_iso(when)} would need {unit_time(need, against=exist)} but only "
+            f"{unit_time(exist, against=need)} exist"
         )
 
 
@@ -331,13 +332,19 @@ def admit(
 def _obstacle(s: _Setup, new: Candidate, now: float) -> str | None:
     """Why ``new`` cannot be guaranteed before any placement (too slow alone, energy), or None."""
     fresh = s.fresh
-    alone = f"{new.name} needs {duration(fresh.alone_s)} even alone at {fresh.top} units"
-    if now + fresh.alone_s > new.deadline:
-        return f"{alone} but only {duration(new.deadline - now)} are left"
-    if now + fresh.alone_s > fresh.due:  # in time for the deadline, not for its margin
+    need = fresh.alone_s
+    if now + need > new.deadline:
+        left = new.deadline - now
         return (
-            f"{alone} but only {duration(fresh.due - now)} are left before its deadline "
-            f"minus a {new.margin:.0f} s margin"
+            f"{new.name} needs {duration(need, against=left)} even alone at {fresh.top} units "
+            f"but only {duration(left, against=need)} are left"
+        )
+    if now + need > fresh.due:  # in time for the deadline, not for its margin
+        left = fresh.due - now
+        return (
+            f"{new.name} needs {duration(need, against=left)} even alone at {fresh.top} units "
+            f"but only {duration(left, against=need)} are left before its deadline minus a "
+            f"{duration(new.margin)} margin"
         )
     return s.energy.check(fresh, fresh.due)
 
@@ -358,7 +365,7 @@ def _guarantee(s: _Setup, new: Candidate) -> Verdict | str:
         "guaranteed",
         share,
         f"{new.name} fits at {share} units next to {len(s.healthy)} guaranteed job(s), "
-        f"done by {_iso(fresh.due)} (deadline minus a {new.margin:.0f} s margin)",
+        f"done by {_iso(fresh.due)} (deadline minus a {duration(new.margin)} margin)",
         None,
         _slot0([*s.healthy, fresh], placed),
         {k: p.share for k, p in placed.items()},

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from qosflow.core.layout import Layout, PodResource, layout
 from qosflow.core.pod import Checkpoint, PodSettings
 from qosflow.core.spec import Unit
 from qosflow.core.usage import UsageReport
@@ -81,6 +82,10 @@ class SubmitRequest:
         plan: JSON text of the plan, stored as an annotation.
         pod: The pods' Kubernetes settings (environment, volumes, placement...).
         checkpoint: The volume ``checkpoint_dir`` lies on (mounted at ``checkpoint.path``).
+        launcher: ``torchrun``: the segment is a data-parallel job of :attr:`layout`'s pods.
+        per_node: Units per node (a size above it is several pods); 0: one pod of any size.
+        worker_unit: What a worker pod requests (``unit: worker``).
+        per_worker: How many of them.
     """
 
     job: str
@@ -100,11 +105,27 @@ class SubmitRequest:
     plan: str = "{}"
     pod: PodSettings = field(default_factory=PodSettings)
     checkpoint: Checkpoint | None = None
+    launcher: str = "none"
+    per_node: int = 0
+    worker_unit: PodResource = "cpu"
+    per_worker: int = 1
 
     @property
     def name(self) -> str:
         """The deterministic workflow name."""
         return workflow_name(self.job, self.segment)
+
+    @property
+    def layout(self) -> Layout:
+        """The segment's pods (:mod:`qosflow.core.layout`)."""
+        per_node = self.per_node or max(self.units, 1)
+        return layout(
+            self.unit,
+            self.units,
+            per_node=per_node,
+            worker_unit=self.worker_unit,
+            per_worker=self.per_worker,
+        )
 
 
 @dataclass(frozen=True, slots=True)

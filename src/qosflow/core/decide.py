@@ -35,6 +35,7 @@ from qosflow.core.predict import Belief, Prediction, predict
 from qosflow.core.spec import JobSpec
 from qosflow.core.speed import knee
 from qosflow.core.words import duration as _dur
+from qosflow.core.words import unit_time
 
 MARGIN_SHARE = 0.05
 """Share of the time left kept as margin (when larger than the absolute margin)."""
@@ -211,9 +212,19 @@ def _finish_words(pred: Prediction, snap: JobSnapshot) -> str:
     )
 
 
-def _budget_words(snap: JobSnapshot, margin: float) -> str:
+def _budget_words(snap: JobSnapshot, margin: float, finish: float | None = None) -> str:
     left = snap.spec.deadline - snap.now
-    return f"{_dur(left)} left to the deadline, margin {_dur(margin)}"
+    return f"{_dur(left, against=finish)} left to the deadline, margin {_dur(margin)}"
+
+
+def _versus(pred: Prediction, snap: JobSnapshot, margin: float, verb: str) -> str:
+    """``finish ... <verb> ... left``: the two durations never print equal when they differ."""
+    finish, left = pred.conservative_finish - snap.now, snap.spec.deadline - snap.now
+    return (
+        f"conservative finish at {pred.units} units in {_dur(finish, against=left)} "
+        f"(median {_dur(pred.median_finish - snap.now)}) {verb} "
+        f"{_budget_words(snap, margin, finish)}"
+    )
 
 
 def _probe_words(belief: Belief, target: int, need: int | None) -> str:
@@ -231,7 +242,7 @@ def _grow(
     goal = need if need is not None else belief.probe_limit
     target = min(goal, max(belief.probe_limit, snap.units))
     now_pred, pred = _at(belief, snap, snap.units), _at(belief, snap, target)
-    why = f"{_finish_words(now_pred, snap)} misses {_budget_words(snap, margin)}"
+    why = _versus(now_pred, snap, margin, "misses")
     probe = _probe_words(belief, target, need)
     if snap.queued:
         reason = f"queued; {why}; raise priority to start at {target} units{probe}"
@@ -282,8 +293,9 @@ def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> Decision | None
         if freed <= cost:
             return None
         reason = (
-            f"{_finish_words(pred, snap)} beats {_budget_words(snap, margin)} by twice the margin; "
-            f"giving back {snap.units - n} units frees {freed:.0f} unit-s (> {cost:.0f} rescale cost)"
+            f"{_versus(pred, snap, margin, 'beats')} by twice the margin; "
+            f"giving back {snap.units - n} units frees {unit_time(freed, against=cost)} "
+            f"(> {unit_time(cost, against=freed)} rescale cost)"
         )
         return _decision(Action.SCALE_DOWN, pred, reason, snap, margin)
     return None
@@ -299,7 +311,7 @@ def _at_risk(snap: JobSnapshot, belief: Belief, margin: float, free_units: int) 
     best, pred = _at(belief, snap, cap), _at(belief, snap, target)
     reason = (
         f"at risk: even at {cap} units (knee {belief.knee}, probe limit {belief.probe_limit}) the "
-        f"{_finish_words(best, snap)} misses {_budget_words(snap, margin)}"
+        f"{_versus(best, snap, margin, 'misses')}"
     )
     if holding:
         reason += f"; holding {target} units within the {_dur(snap.spec.dwell_seconds)} dwell"
@@ -314,7 +326,7 @@ def _too_big(snap: JobSnapshot, belief: Belief, margin: float, need: int) -> Dec
     target = snap.units if _in_dwell(snap) else need
     pred = _at(belief, snap, target)
     reason = (
-        f"{_finish_words(here, snap)} misses {_budget_words(snap, margin)} (above the knee at "
+        f"{_versus(here, snap, margin, 'misses')} (above the knee at "
         f"{belief.knee}); {need} units would make it, but not by twice the margin; "
         f"running at {target} units: {_finish_words(pred, snap)}"
     )
@@ -376,5 +388,5 @@ def decide(
             return down
         if here.conservative_finish > spec.deadline - margin:
             return _too_big(snap, belief, margin, need)
-    reason = f"{_finish_words(here, snap)} meets {_budget_words(snap, margin)}"
+    reason = _versus(here, snap, margin, "meets")
     return _decision(Action.ON_TRACK, here, reason, snap, margin)

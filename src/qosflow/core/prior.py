@@ -66,6 +66,6 @@ def end_to_end(samples: Sequence[ProgressSample]) -> list[ProgressSample]:
         if prev is None or s.time < prev.time or s.steps_done < prev.steps_done:  # a new run
             shift = max(end + RUN_GAP_S - s.time, 0.0)
         t = s.time + shift
-        out.append(ProgressSample(t, s.steps_done, s.units, s.share))
+        out.append(ProgressSample(t, s.steps_done, s.units, s.share, s.pods))
         end = max(end, t)
     return out

@@ -3,7 +3,13 @@
 A user states *when* a training run must be done (``deadline``) and the elastic range of units it
 may use; qosflow picks the size. ``load_job`` and ``load_cluster`` turn YAML/JSON (or dicts) into
 the frozen :class:`JobSpec` / :class:`ClusterSpec` the core computes on. Every invalid input raises
-:class:`~qosflow.core.errors.SpecError` naming the field path and the rule.
+:class:`~qosflow.core.errors.SpecError` naming the field path and the rule (a misspelt field as
+unknown, with the field it resembles: :mod:`qosflow.core.field_errors`).
+
+Beyond each field's shape, a spec is refused when it makes no sense as a whole: a checkpoint
+interval longer than the job (no checkpoint before the end), a margin as long as the time to the
+deadline, and (:meth:`ClusterSpec.refusal`) resources the cluster it is planned on cannot give.
+The forms a deadline takes (``PT4H``, ``"06:00"``, zone names) are :mod:`qosflow.core.deadline`'s.
 """
 
 from __future__ import annotations
@@ -11,10 +17,8 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -27,74 +31,26 @@ from pydantic import (
     field_validator,
 )
 
+from qosflow.core.deadline import deadline_form, resolve_deadline, zone
+from qosflow.core.deadline import parse_iso_duration as parse_iso_duration
 from qosflow.core.errors import SpecError
+from qosflow.core.field_errors import as_mapping, spec_error
+from qosflow.core.layout import Layout, PodResource, layout
 from qosflow.core.pod import Checkpoint, PodDefaults, PodSettings, checkpoint_problem, with_defaults
 from qosflow.core.pod_model import CheckpointModel, PodModel
+from qosflow.core.quantity import parse_quantity as parse_quantity
+from qosflow.core.words import duration
 
 Unit = Literal["cpu", "gpu", "worker"]
 IfNotGuaranteed = Literal["run_best_effort", "reject"]
+Launcher = Literal["none", "torchrun"]
+PYTHONS = ("python", "python3")
+DEFAULT_PER_NODE = 8
+"""Units per node when a spec does not say (the speed model's node boundary)."""
+DEFAULT_CHECKPOINT_EVERY = 500
+"""Steps between checkpoints when a spec does not say (or the job's end, if it comes sooner)."""
 
 _RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_ISO_DURATION = re.compile(
-    r"^P(?!$)(?:(?P<days>\d+(?:\.\d+)?)D)?"
-    r"(?:T(?=\d)(?:(?P<hours>\d+(?:\.\d+)?)H)?(?:(?P<minutes>\d+(?:\.\d+)?)M)?"
-    r"(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?$"
-)
-_QUANTITY = re.compile(
-    r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m)?$"
-)
-_SUFFIX = {
-    None: Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-
-
-def parse_quantity(text: str) -> Decimal:
-    """Parse a Kubernetes quantity such as ``2Gi``, ``500m`` or ``1.5G``.
-
-    Args:
-        text: The quantity string.
-
-    Returns:
-        The value in base units.
-
-    Raises:
-        ValueError: When the string is not a Kubernetes quantity.
-    """
-    match = _QUANTITY.match(text.strip())
-    if match is None:
-        raise ValueError(f"not a Kubernetes quantity like 2Gi or 512Mi (got {text!r})")
-    try:
-        return Decimal(match["num"]) * _SUFFIX[match["suffix"]]
-    except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
-        raise ValueError(f"not a number (got {text!r})") from exc
-
-
-def parse_iso_duration(text: str) -> timedelta:
-    """Parse an ISO-8601 duration of days, hours, minutes and seconds (``PT4H``, ``P1DT30M``).
-
-    Raises:
-        ValueError: When the text is not such a duration.
-    """
-    match = _ISO_DURATION.match(text.strip())
-    if match is None:
-        raise ValueError(f"must be an ISO-8601 duration like PT4H (got {text!r})")
-    parts = {k: float(v) for k, v in match.groupdict().items() if v is not None}
-    return timedelta(**parts)
-
-
 # --------------------------------------------------------------------------- frozen core types
 
 
@@ -105,14 +61,28 @@ class Resources:
     Attributes:
         unit: What a unit is: a CPU core, a GPU or a worker replica.
         levels: Allowed sizes in units, ascending.
-        per_node: Units per node; the speed model's node boundary.
-        memory_per_unit: Memory per unit as a Kubernetes quantity (``2Gi``).
+        per_node: Units per node; the speed model's node boundary (1 for workers: each is a pod).
+        memory_per_unit: Memory per unit (per worker pod) as a Kubernetes quantity (``2Gi``).
+        worker_unit: What a worker pod requests (``unit: worker``): CPUs or GPUs.
+        per_worker: How many of them each worker pod requests.
     """
 
     unit: Unit
     levels: tuple[int, ...]
     per_node: int
     memory_per_unit: str
+    worker_unit: PodResource = "cpu"
+    per_worker: int = 1
+
+    def layout(self, n: int) -> Layout:
+        """The pods of size ``n`` (:mod:`qosflow.core.layout`)."""
+        return layout(
+            self.unit,
+            n,
+            per_node=self.per_node,
+            worker_unit=self.worker_unit,
+            per_worker=self.per_worker,
+        )
 
     @property
     def min(self) -> int:
@@ -145,6 +115,8 @@ class JobSpec:
         command: Command of the training step (the reference trainer by default).
         step_seconds_estimate: The user's estimate of seconds per step at ``resources.min`` units,
             used only while neither history nor progress is known (``None``: probe first).
+        launcher: ``torchrun`` runs the command as a data-parallel job over several pods
+            (``unit: worker``, or sizes above ``per_node``); ``none``: one process in one pod.
         pod: The pods' Kubernetes settings (environment, volumes, placement...).
         checkpoint: The volume the checkpoints live on (``None``: not declared; a job must have
             one before it is submitted, :func:`qosflow.core.pod.checkpoint_problem`).
@@ -164,6 +136,7 @@ class JobSpec:
     image: str | None
     command: tuple[str, ...]
     step_seconds_estimate: float | None = None
+    launcher: Launcher = "none"
     pod: PodSettings = field(default_factory=PodSettings)
     checkpoint: Checkpoint | None = None
 
@@ -180,6 +153,34 @@ class ClusterSpec:
     def total_units(self) -> int:
         """All units of the cluster."""
         return self.nodes * self.units_per_node
+
+    def refusal(self, job: JobSpec) -> SpecError | None:
+        """Why ``job``'s resources cannot be what it gets here, naming the job's field, or None.
+
+        A job is planned against a cluster (``qosflow plan --cluster``): units of a kind the
+        cluster lacks, nodes larger than its nodes or more units than it has would give a plan
+        for a cluster that does not exist.
+        """
+        res, have = job.resources, f"the cluster's {self.nodes}x{self.units_per_node} {self.unit}"
+        if res.unit != self.unit:
+            return SpecError(
+                "resources.unit", f"the cluster has {self.unit} units, the job asks for {res.unit}"
+            )
+        if res.per_node > self.units_per_node:
+            default = (
+                f"; {DEFAULT_PER_NODE} is the default" if res.per_node == DEFAULT_PER_NODE else ""
+            )
+            return SpecError(
+                "resources.per_node",
+                f"must be <= {self.units_per_node}, the units per node of {have} "
+                f"(got {res.per_node}{default})",
+            )
+        if res.max > self.total_units:
+            return SpecError(
+                "resources.max",
+                f"must be <= {self.total_units}, all the units of {have} (got {res.max})",
+            )
+        return None
 
 
 # --------------------------------------------------------------------------- pydantic boundary
@@ -209,8 +210,41 @@ class ResourcesModel(_Strict):
     min: Count = Field(default=1, ge=1)
     max: Count = Field(ge=1, le=100_000)
     levels: list[Count] | None = None
-    per_node: Count = Field(default=8, ge=1)
+    per_node: Count = Field(default=DEFAULT_PER_NODE, ge=1)
     memory_per_unit: str = "2Gi"
+    per_worker: dict[Literal["cpu", "gpu"], Count] | None = None
+
+    @field_validator("per_worker")
+    @classmethod
+    def _per_worker(cls, value: dict[str, int] | None) -> dict[str, int] | None:
+        if value is not None and (len(value) != 1 or min(value.values()) < 1):
+            raise ValueError(f"must be one of {{cpu: N}} or {{gpu: N}} with N >= 1 (got {value})")
+        return value
+
+    def to_resources(self) -> Resources:
+        """Freeze, with the rules between fields (worker pods, even splits).
+
+        Raises:
+            SpecError: Naming the field and the rule.
+        """
+        levels = (
+            tuple(self.levels) if self.levels is not None else tuple(range(self.min, self.max + 1))
+        )
+        default: dict[Literal["cpu", "gpu"], int] = {"cpu": 1}
+        per_node, worker = self.per_node, dict(self.per_worker or default)
+        if self.unit == "worker":
+            if "per_node" in self.model_fields_set and per_node != 1:
+                raise SpecError(
+                    "resources.per_node",
+                    "a worker is a pod of its own, so for the speed model every worker is a node: "
+                    f"leave per_node out or set it to 1 (got {per_node})",
+                )
+            per_node = 1
+        elif self.per_worker is not None:
+            raise SpecError("resources.per_worker", "is for unit: worker only")
+        ((kind, count),) = worker.items()
+        pod_resource: PodResource = "gpu" if kind == "gpu" else "cpu"
+        return Resources(self.unit, levels, per_node, self.memory_per_unit, pod_resource, count)
 
     @field_validator("memory_per_unit")
     @classmethod
@@ -249,8 +283,9 @@ class JobModel(_Strict):
     key: str | None = Field(default=None, min_length=1, max_length=253)
     total_steps: Count = Field(ge=1, le=10**12)
     deadline: datetime | str
+    timezone: str | None = Field(default=None, min_length=1)
     resources: ResourcesModel
-    checkpoint_every_steps: Count = Field(default=500, ge=1)
+    checkpoint_every_steps: Count | None = Field(default=None, ge=1)
     best_effort: bool = False
     if_not_guaranteed: IfNotGuaranteed = "run_best_effort"
     margin_seconds: Seconds = Field(default=30.0, ge=0, allow_inf_nan=False)
@@ -258,6 +293,7 @@ class JobModel(_Strict):
     image: str | None = Field(default=None, min_length=1)
     command: list[str] = Field(default_factory=lambda: ["python", "-m", "qosflow_trainer"])
     step_seconds_estimate: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
+    launcher: Launcher | None = None
     pod: PodModel = Field(default_factory=PodModel)
     checkpoint: CheckpointModel | None = None
 
@@ -274,24 +310,14 @@ class JobModel(_Strict):
     @field_validator("deadline", mode="before")
     @classmethod
     def _deadline(cls, value: Any) -> datetime | str:
-        if isinstance(value, datetime):
-            if value.tzinfo is None:
-                raise ValueError(f"must be timezone-aware (got {value.isoformat()!r})")
-            return value
-        if not isinstance(value, str):
-            raise ValueError(f"must be an ISO-8601 instant or duration (got {value!r})")
-        if value.startswith("P"):
-            parse_iso_duration(value)
-            return value
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            raise ValueError(
-                f"must be an ISO-8601 instant with a timezone or a duration like PT4H (got {value!r})"
-            ) from None
-        if parsed.tzinfo is None:
-            raise ValueError(f"must be timezone-aware, e.g. end in +00:00 (got {value!r})")
-        return parsed
+        return deadline_form(value)
+
+    @field_validator("timezone")
+    @classmethod
+    def _timezone(cls, value: str | None) -> str | None:
+        if value is not None:
+            zone(value)
+        return value
 
     @field_validator("command")
     @classmethod
@@ -301,10 +327,11 @@ class JobModel(_Strict):
         return value
 
     def to_spec(self, now: datetime, defaults: PodDefaults | None = None) -> JobSpec:
-        """Resolve relative deadlines against ``now``, fill the cluster's defaults, and freeze.
+        """Resolve the deadline against ``now``, fill the cluster's defaults, and freeze.
 
         Raises:
-            SpecError: A deadline before ``now``, or pod settings that break a rule (a declared
+            SpecError: A deadline before ``now``, a margin that leaves no time, a checkpoint
+                interval longer than the job, or pod settings that break a rule (a declared
                 checkpoint volume that would lose the checkpoints, say).
         """
         pod = self.pod.to_settings()
@@ -317,26 +344,16 @@ class JobModel(_Strict):
         if defaults is not None:
             pod, checkpoint = with_defaults(pod, checkpoint, defaults)
             image = image or defaults.image
-        res = self.resources
-        levels = tuple(res.levels) if res.levels is not None else tuple(range(res.min, res.max + 1))
-        if isinstance(self.deadline, str):
-            deadline = now + parse_iso_duration(self.deadline)
-        else:
-            deadline = self.deadline
-        submitted, due = now.timestamp(), deadline.timestamp()
-        if not self.best_effort and due <= submitted:
-            raise SpecError(
-                "deadline",
-                f"must be after submission {now.isoformat()} (got {deadline.isoformat()})",
-            )
+        resources = self.resources.to_resources()
+        launcher = self._launcher(resources)
         return JobSpec(
             name=self.name,
             key=self.key or self.name,
             total_steps=self.total_steps,
-            submitted_at=submitted,
-            deadline=math.inf if self.best_effort else due,
-            resources=Resources(res.unit, levels, res.per_node, res.memory_per_unit),
-            checkpoint_every_steps=self.checkpoint_every_steps,
+            submitted_at=now.timestamp(),
+            deadline=self._due(now),
+            resources=resources,
+            checkpoint_every_steps=self._checkpoint_every(),
             best_effort=self.best_effort,
             if_not_guaranteed=self.if_not_guaranteed,
             margin_seconds=self.margin_seconds,
@@ -344,9 +361,77 @@ class JobModel(_Strict):
             image=image,
             command=tuple(self.command),
             step_seconds_estimate=self.step_seconds_estimate,
+            launcher=launcher,
             pod=pod,
             checkpoint=checkpoint,
         )
+
+    def _due(self, now: datetime) -> float:
+        """The deadline in epoch seconds (infinite for a best-effort job).
+
+        Raises:
+            SpecError: A deadline that is not after submission, or a margin that leaves no time.
+        """
+        deadline = resolve_deadline(self.deadline, timezone=self.timezone, now=now)
+        if self.best_effort:
+            return math.inf
+        submitted, due = now.timestamp(), deadline.timestamp()
+        if due <= submitted:
+            raise SpecError(
+                "deadline",
+                f"must be after submission {now.isoformat()} (got {deadline.isoformat()})",
+            )
+        left, margin = due - submitted, self.margin_seconds
+        if margin >= left:
+            default = "" if "margin_seconds" in self.model_fields_set else ", the default"
+            raise SpecError(
+                "margin_seconds",
+                f"must be shorter than the {duration(left, against=margin)} from submission to "
+                f"the deadline: nothing would be left to train in (got "
+                f"{duration(margin, against=left)}{default})",
+            )
+        return due
+
+    def _checkpoint_every(self) -> int:
+        """The checkpoint interval: as given, or every 500 steps (the job's end if sooner).
+
+        Raises:
+            SpecError: An interval longer than the job: no checkpoint before the end.
+        """
+        every = self.checkpoint_every_steps
+        if every is None:
+            return min(DEFAULT_CHECKPOINT_EVERY, self.total_steps)
+        if every > self.total_steps:
+            raise SpecError(
+                "checkpoint_every_steps",
+                f"must be <= total_steps ({self.total_steps}): no checkpoint would be written "
+                f"before the end, so a preempted or rescaled job would start again from step 0 "
+                f"(got {every})",
+            )
+        return every
+
+    def _launcher(self, resources: Resources) -> Launcher:
+        """As given; ``torchrun`` by default for workers (each worker is a pod).
+
+        Whether the job's sizes can run as pods is a question for the cluster it is submitted
+        to (:func:`qosflow.core.layout.job_problem`): planning takes any sizes.
+
+        Raises:
+            SpecError: Workers without torchrun, or torchrun with a command that is not a Python
+                program (torchrun runs ``python -m module`` or ``python script.py``).
+        """
+        launcher = self.launcher or ("torchrun" if resources.unit == "worker" else "none")
+        if resources.unit == "worker" and launcher != "torchrun":
+            raise SpecError("launcher", "workers are the pods of one torchrun job: use torchrun")
+        if launcher == "torchrun" and (
+            len(self.command) < 2 or self.command[0].rsplit("/", 1)[-1] not in PYTHONS
+        ):
+            raise SpecError(
+                "command",
+                "torchrun runs a Python program: write it as python -m module ... or "
+                f"python script.py ... (got {self.command})",
+            )
+        return launcher
 
 
 class ClusterModel(_Strict):
@@ -364,42 +449,6 @@ class ClusterModel(_Strict):
 # --------------------------------------------------------------------------- loading
 
 
-def _first_error(exc: ValidationError) -> SpecError:
-    err = exc.errors()[0]
-    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".")
-    kind, ctx, got = err["type"], err.get("ctx", {}), err.get("input")
-    rules: dict[str, Callable[[], str]] = {
-        "greater_than_equal": lambda: f"must be >= {ctx.get('ge')} (got {got!r})",
-        "greater_than": lambda: f"must be > {ctx.get('gt')} (got {got!r})",
-        "less_than_equal": lambda: f"must be <= {ctx.get('le')} (got {got!r})",
-        "missing": lambda: "is required",
-        "extra_forbidden": lambda: "is not a known field (check the spelling)",
-        "string_too_long": lambda: (
-            f"must be at most {ctx.get('max_length')} characters (got {len(str(got))})"
-        ),
-        "string_too_short": lambda: f"must be at least {ctx.get('min_length')} character(s)",
-        "literal_error": lambda: f"must be one of {ctx.get('expected')} (got {got!r})",
-        "int_parsing": lambda: f"must be an integer (got {got!r})",
-        "int_from_float": lambda: f"must be a whole number (got {got!r})",
-        "int_type": lambda: f"must be an integer (got {got!r})",
-        "bool_parsing": lambda: f"must be true or false (got {got!r})",
-        "list_type": lambda: f"must be a list (got {got!r})",
-        "model_type": lambda: f"must be a mapping (got {got!r})",
-        "dict_type": lambda: f"must be a mapping (got {got!r})",
-    }
-    make = rules.get(kind)
-    if make is not None:
-        return SpecError(path, make())
-    message = str(err["msg"]).removeprefix("Value error, ")
-    return SpecError(path, message)
-
-
-def _as_mapping(data: Any, what: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise SpecError("", f"a {what} must be a mapping of fields (got {type(data).__name__})")
-    return data
-
-
 def load_job(data: Any, *, now: datetime, defaults: PodDefaults | None = None) -> JobSpec:
     """Validate a job spec (a mapping of fields) and freeze it.
 
@@ -407,7 +456,8 @@ def load_job(data: Any, *, now: datetime, defaults: PodDefaults | None = None) -
 
     Args:
         data: A mapping of the spec's fields.
-        now: Submission time; relative deadlines (``PT4H``) count from it.
+        now: Submission time; relative deadlines (``PT4H``) and clock times (``"06:00"``) count
+            from it.
         defaults: The cluster's defaults for what the spec leaves unset (image, checkpoint
             claim, tolerations...), from the Airflow connection.
 
@@ -417,11 +467,11 @@ def load_job(data: Any, *, now: datetime, defaults: PodDefaults | None = None) -
     Raises:
         SpecError: Naming the field path and the rule, for every invalid input.
     """
-    mapping = _as_mapping(data, "job spec")
+    mapping = as_mapping(data, "job spec")
     try:
         model = JobModel.model_validate(mapping)
     except ValidationError as exc:
-        raise _first_error(exc) from None
+        raise spec_error(exc, JobModel) from None
     if now.tzinfo is None:
         raise SpecError("now", "must be timezone-aware")
     return model.to_spec(now, defaults)
@@ -436,8 +486,8 @@ def load_cluster(data: Any) -> ClusterSpec:
     if isinstance(data, str) and re.fullmatch(r"\d+x\d+", data):
         nodes, per = data.split("x")
         data = {"nodes": int(nodes), "units_per_node": int(per)}
-    mapping = _as_mapping(data, "cluster spec")
+    mapping = as_mapping(data, "cluster spec")
     try:
         return ClusterModel.model_validate(mapping).to_spec()
     except ValidationError as exc:
-        raise _first_error(exc) from None
+        raise spec_error(exc, ClusterModel) from None

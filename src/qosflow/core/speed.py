@@ -49,12 +49,15 @@ class ProgressSample:
         share: Of the CPU time the job's threads asked for over the interval that ends here, the
             share they got (``cpu / (cpu + run-queue wait + throttled)``, see
             :mod:`qosflow.core.usage`); ``None`` when the job did not report it (counted as clean).
+        pods: Over how many pods the units were spread (``pods × units/pod``; the speed
+            model's cross-node term ``t4`` is what a size above one pod costs).
     """
 
     time: float
     steps_done: int
     units: int
     share: float | None = None
+    pods: int = 1
 
 
 def features(n: npt.ArrayLike, node_size: int) -> FloatArray:

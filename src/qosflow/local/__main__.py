@@ -1,7 +1,9 @@
-"""The local-cluster daemon: ``python -m qosflow.local --cpus N --port P --state-dir D``.
+"""The local-cluster daemon: ``python -m qosflow.local --nodes N --cpus C --port P --state-dir D``.
 
-Also ``--preemption`` and ``--kubernetes-version 1.N`` (:class:`~qosflow.local.LocalCluster`'s
-``preemption`` and ``kubernetes_version``), recorded in ``cluster.json``.
+Also ``--gpus G`` and ``--gpu-resource R`` (GPUs per node and their resource name),
+``--preemption`` and ``--kubernetes-version 1.N`` (:class:`~qosflow.local.LocalCluster`'s
+``gpus``, ``gpu_resource``, ``preemption`` and ``kubernetes_version``), recorded in
+``cluster.json`` with the node names.
 
 Started by ``qosflow local up``; writes ``<state-dir>/cluster.json`` once serving and stops cleanly
 on SIGTERM or SIGINT, removing ``cluster.json`` however the shutdown goes. One daemon per state
@@ -21,20 +23,31 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
-from qosflow.local.cli import INFO_FILE, kubernetes_version, stored_token, write_info
+from qosflow.local.cli import (
+    INFO_FILE,
+    count,
+    gpu_resource,
+    kubernetes_version,
+    stored_token,
+    write_info,
+)
 from qosflow.local.cluster import LocalCluster
 from qosflow.local.kube_version import DEFAULT_KUBERNETES_VERSION
 from qosflow.local.supervisor import process_start_ticks
+from qosflow.local.topology import GPU_RESOURCE, MAX_NODES
 
 TOKEN_ENV = "QOSFLOW_LOCAL_TOKEN"
 LOCK_FILE = ".lock"
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Serve until SIGTERM/SIGINT."""
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m qosflow.local")
-    parser.add_argument("--cpus", type=int, default=2)
+    parser.add_argument("--cpus", type=count(1), default=2)
+    parser.add_argument("--nodes", type=count(1, MAX_NODES), default=1)
+    parser.add_argument("--gpus", type=count(0), default=0)
+    parser.add_argument("--gpu-resource", type=gpu_resource, default=GPU_RESOURCE)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--state-dir", default=".qosflow/local")
     parser.add_argument("--token", default="", help=f"bearer token (default: ${TOKEN_ENV})")
@@ -43,7 +56,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--kubernetes-version", type=kubernetes_version, default=DEFAULT_KUBERNETES_VERSION
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _info(cluster: LocalCluster, args: argparse.Namespace, token: str) -> dict[str, Any]:
+    """What ``cluster.json`` says of the running cluster."""
+    return {
+        "pid": os.getpid(),
+        "start_ticks": process_start_ticks(os.getpid()),
+        "argo_url": cluster.argo_url,
+        "kube_url": cluster.kube_url,
+        "namespace": cluster.namespace,
+        "token": token,
+        "state_dir": str(cluster.state_dir),
+        "cpus": args.cpus,
+        "nodes": args.nodes,
+        "node_names": [n.name for n in cluster.nodes.nodes],
+        "gpus": args.gpus,
+        "gpu_resource": args.gpu_resource,
+        "preemption": args.preemption,
+        "kubernetes_version": args.kubernetes_version,
+        "isolation": cluster.isolation,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve until SIGTERM/SIGINT."""
+    args = _parser().parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -66,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     cluster = LocalCluster(
         cpus=args.cpus,
+        nodes=args.nodes,
+        gpus=args.gpus,
+        gpu_resource=args.gpu_resource,
         state_dir=state_dir,
         token=token,
         port=args.port,
@@ -75,22 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         cluster.start()
-        write_info(
-            state_dir,
-            {
-                "pid": os.getpid(),
-                "start_ticks": process_start_ticks(os.getpid()),
-                "argo_url": cluster.argo_url,
-                "kube_url": cluster.kube_url,
-                "namespace": cluster.namespace,
-                "token": token,
-                "state_dir": str(state_dir),
-                "cpus": args.cpus,
-                "preemption": args.preemption,
-                "kubernetes_version": args.kubernetes_version,
-                "isolation": cluster.isolation,
-            },
-        )
+        write_info(state_dir, _info(cluster, args, token))
         print(f"serving argo={cluster.argo_url} kube={cluster.kube_url}", flush=True)
         done.wait()
         cluster.stop()

@@ -283,7 +283,7 @@ class ArgoApi:
         self._workflow_or_404(ns, name)
         for pod in list(self.store.items("Pod", ns)):
             if pod["metadata"]["labels"].get(LABEL_WORKFLOW) == name:
-                self.controller.node.delete(pod)
+                self.controller.nodes.delete(pod)
                 self.store.delete("Pod", ns, pod["metadata"]["name"])
         self.store.delete("Workflow", ns, name)
         self.wake()

@@ -2,8 +2,9 @@
 
 ``up`` starts ``python -m qosflow.local`` in its own session, waits until it has written
 ``<state-dir>/cluster.json`` (pid, URLs, token, namespace, settings), and prints those values,
-with the settings (``preemption: on|off``, ``kubernetes: 1.35``; ``--preemption`` and
-``--kubernetes-version`` choose them). The token is
+with the settings (``nodes: 2 x 4 CPU, 1 nvidia.com/gpu (qosflow-local-0, qosflow-local-1)``,
+``preemption: on|off``, ``kubernetes: 1.35``; ``--nodes``, ``--cpus``, ``--gpus``,
+``--gpu-resource``, ``--preemption`` and ``--kubernetes-version`` choose them). The token is
 kept in ``<state-dir>/token`` (mode 0600), so a restart of the same state directory keeps it
 (``--token`` or ``QOSFLOW_LOCAL_TOKEN`` choose one). ``down`` sends the daemon SIGTERM (running pods
 are stopped, the state is saved) and waits for it to exit, SIGKILLing it after a timeout; it never
@@ -29,6 +30,7 @@ from typing import Any
 from qosflow.local.errors import LocalClusterError
 from qosflow.local.kube_version import DEFAULT_KUBERNETES_VERSION, kubernetes_minor
 from qosflow.local.supervisor import process_start_ticks
+from qosflow.local.topology import GPU_RESOURCE, MAX_NODES, check_gpu_resource
 
 DEFAULT_STATE_DIR = Path(".qosflow/local")
 DEFAULT_PORT = 2746
@@ -109,9 +111,20 @@ def stored_token(state_dir: Path, given: str = "") -> str:
     return token
 
 
+def nodes_text(info: dict[str, Any]) -> str:
+    """``2 x 4 CPU, 1 nvidia.com/gpu (qosflow-local-0, qosflow-local-1)`` from ``cluster.json``."""
+    count = int(info.get("nodes") or 1)
+    text = f"{count} x {info.get('cpus', '?')} CPU"
+    if int(info.get("gpus") or 0):
+        text += f", {info['gpus']} {info.get('gpu_resource') or GPU_RESOURCE}"
+    names = info.get("node_names")
+    return f"{text} ({', '.join(names)})" if isinstance(names, list) and names else text
+
+
 def _print_info(info: dict[str, Any]) -> None:
     for key in ("pid", "argo_url", "kube_url", "namespace", "token", "state_dir"):
         print(f"{key}: {info[key]}")
+    print(f"nodes: {nodes_text(info)}")
     print(f"preemption: {'on' if info.get('preemption') else 'off'}")
     print(f"kubernetes: {info.get('kubernetes_version') or DEFAULT_KUBERNETES_VERSION}")
     isolation = info.get("isolation", "private")
@@ -128,10 +141,19 @@ def _print_info(info: dict[str, Any]) -> None:
 def _settings_differ(info: dict[str, Any], args: argparse.Namespace) -> str:
     """What the running daemon does differently from what ``up`` was asked (empty if nothing)."""
     wanted = {
+        "nodes": nodes_text(
+            {
+                "nodes": getattr(args, "nodes", 1),
+                "cpus": getattr(args, "cpus", 2),
+                "gpus": getattr(args, "gpus", 0),
+                "gpu_resource": getattr(args, "gpu_resource", GPU_RESOURCE),
+            }
+        ),
         "preemption": "on" if getattr(args, "preemption", False) else "off",
         "kubernetes": getattr(args, "kubernetes_version", DEFAULT_KUBERNETES_VERSION),
     }
     running = {
+        "nodes": nodes_text({k: v for k, v in info.items() if k != "node_names"}),
         "preemption": "on" if info.get("preemption") else "off",
         "kubernetes": info.get("kubernetes_version") or DEFAULT_KUBERNETES_VERSION,
     }
@@ -144,6 +166,48 @@ def kubernetes_version(text: str) -> str:
         return f"1.{kubernetes_minor(text)}"
     except LocalClusterError as exc:
         raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+
+def count(low: int, high: int | None = None) -> Callable[[str], int]:
+    """Argparse type of an integer between ``low`` and ``high`` (inclusive)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be {bound} (got {value})")
+        return value
+
+    return parse
+
+
+def gpu_resource(text: str) -> str:
+    """Argparse type of ``--gpu-resource``: an extended resource name."""
+    try:
+        return check_gpu_resource(text)
+    except LocalClusterError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+
+def _daemon_command(args: argparse.Namespace, state_dir: Path) -> list[str]:
+    """``python -m qosflow.local`` with the settings ``up`` was given."""
+    command = [sys.executable, "-m", "qosflow.local"]
+    for flag, value in (
+        ("--nodes", getattr(args, "nodes", 1)),
+        ("--cpus", args.cpus),
+        ("--gpus", getattr(args, "gpus", 0)),
+        ("--gpu-resource", getattr(args, "gpu_resource", GPU_RESOURCE)),
+        ("--port", args.port),
+        ("--state-dir", state_dir),
+        ("--kubernetes-version", getattr(args, "kubernetes_version", DEFAULT_KUBERNETES_VERSION)),
+    ):
+        command += [flag, str(value)]
+    if getattr(args, "preemption", False):
+        command.append("--preemption")
+    return command
 
 
 def up(args: argparse.Namespace, on_up: Callable[[dict[str, Any]], int] | None = None) -> int:
@@ -162,21 +226,7 @@ def up(args: argparse.Namespace, on_up: Callable[[dict[str, Any]], int] | None =
         return on_up(info) if on_up is not None else 0
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / INFO_FILE).unlink(missing_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "qosflow.local",
-        "--cpus",
-        str(args.cpus),
-        "--port",
-        str(args.port),
-        "--state-dir",
-        str(state_dir),
-        "--kubernetes-version",
-        str(getattr(args, "kubernetes_version", DEFAULT_KUBERNETES_VERSION)),
-    ]
-    if getattr(args, "preemption", False):
-        command.append("--preemption")
+    command = _daemon_command(args, state_dir)
     env = dict(os.environ)
     if getattr(args, "token", ""):
         env["QOSFLOW_LOCAL_TOKEN"] = args.token  # not in argv: other users can read that
@@ -266,7 +316,26 @@ def add_subcommands(sub: Any, *, on_up: Callable[[dict[str, Any]], int] | None =
     verbs = local.add_subparsers(dest="local_command", required=True)
     start = verbs.add_parser("up", help="start the local cluster in the background")
     start.add_argument(
-        "--cpus", type=int, default=2, help="allocatable CPUs of the node (default 2)"
+        "--nodes",
+        type=count(1, MAX_NODES),
+        default=1,
+        help="number of nodes (default 1, named qosflow-local; several are qosflow-local-0...)",
+    )
+    start.add_argument(
+        "--cpus", type=count(1), default=2, help="allocatable CPUs of each node (default 2)"
+    )
+    start.add_argument(
+        "--gpus",
+        type=count(0),
+        default=0,
+        help="GPUs of each node, advertised as --gpu-resource (default 0; no device reaches "
+        "the pods: the scheduler counts them)",
+    )
+    start.add_argument(
+        "--gpu-resource",
+        type=gpu_resource,
+        default=GPU_RESOURCE,
+        help=f"the GPUs' extended resource name (default {GPU_RESOURCE})",
     )
     start.add_argument(
         "--port",

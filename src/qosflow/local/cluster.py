@@ -35,12 +35,13 @@ from qosflow.local.errors import LocalClusterError
 from qosflow.local.faults import FaultPlan
 from qosflow.local.kube_api import KubeApi
 from qosflow.local.kube_version import DEFAULT_KUBERNETES_VERSION, kubernetes_minor
-from qosflow.local.node import Node
+from qosflow.local.node import Nodes
 from qosflow.local.objects import stored_problem as object_problem
 from qosflow.local.runner import ProcessRunner, Runner
 from qosflow.local.sandbox import AUTO, SHARED, choose
 from qosflow.local.server import Listener
 from qosflow.local.store import Obj, Store, snapshot
+from qosflow.local.topology import GPU_RESOURCE, make_nodes
 from qosflow.local.watch import WatchHub
 
 _LOG = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ class LocalCluster:
     """An emulated Argo Server + Kubernetes API running pods as local processes.
 
     Args:
-        cpus: Allocatable CPUs of the one node (may exceed the host's; cores are then shared).
+        cpus: Allocatable CPUs of each node (their sum may exceed the host's CPUs; host cores
+            are then shared, see :mod:`qosflow.local.topology`).
         state_dir: Where state, pod directories and logs live (a temporary directory when None).
         token: The admin bearer token both APIs accept (``system:masters``: allowed everything).
             ServiceAccount tokens (:meth:`token_for`, the TokenRequest API) are accepted too,
@@ -66,7 +68,8 @@ class LocalCluster:
         progress_tick_s: Controller period with the wall clock.
         faults: Fault-injection plan for both listeners.
         grace_s: Default ``terminationGracePeriodSeconds`` of pods.
-        memory: Allocatable memory in bytes (this machine's by default).
+        memory: Allocatable memory of each node in bytes (by default this machine's, shared
+            evenly by the nodes).
         namespace: The namespace qosflow uses.
         watch_keepalive_s: Interval of the ``:`` keep-alive lines of SSE watch streams.
         preemption: Let pending pods evict lower-priority running pods, as the Kubernetes
@@ -82,6 +85,10 @@ class LocalCluster:
             paths rewritten; see :mod:`qosflow.local.sandbox`). :attr:`isolation` tells which.
         kubernetes_version: The Kubernetes version the API emulates (``/version``); before
             ``1.33`` there is no ``pods/{name}/resize`` (404), so clients rescale by restarting.
+        nodes: Number of nodes (``qosflow-local`` when 1, else ``qosflow-local-0`` ...).
+        gpus: GPUs of each node, advertised as ``gpu_resource`` (a number the scheduler counts:
+            no device reaches the pods).
+        gpu_resource: The extended resource name of the GPUs.
     """
 
     def __init__(
@@ -105,20 +112,26 @@ class LocalCluster:
         max_body_bytes: int = MAX_BODY_BYTES,
         isolation: str = AUTO,
         kubernetes_version: str = DEFAULT_KUBERNETES_VERSION,
+        nodes: int = 1,
+        gpus: int = 0,
+        gpu_resource: str = GPU_RESOURCE,
     ) -> None:
-        if cpus < 1:
-            raise LocalClusterError(f"cpus: must be >= 1 (got {cpus})")
-        self.cpus = cpus
         self.state_dir = (
             Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="qosflow-local-"))
         )
+        digest = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()
+        share = _total_memory() // max(nodes, 1)
+        network = 1 + int(digest, 16) % 254  # this cluster's pod networks: 127.<network + i>/16
+        topology = make_nodes(nodes, cpus, memory or share, gpus, gpu_resource, network)
+        self.cpus = cpus
+        self.gpus = gpus
+        self.gpu_resource = gpu_resource
         self.token = token
         self.port = port
         self.clock: Clock = clock or WallClock()
         self.weights: CpuWeights | None = None
         if runner is None and cpu_weights:
-            digest = hashlib.sha256(str(self.state_dir.resolve()).encode()).hexdigest()[:12]
-            self.weights = CpuWeights.detect(digest, cpus)
+            self.weights = CpuWeights.detect(digest[:12], cpus * nodes)
         self.isolation = SHARED  # what a scripted or custom runner gets: nothing is isolated
         if runner is None:
             self.isolation = choose(isolation, self.state_dir)
@@ -136,19 +149,18 @@ class LocalCluster:
         self.access = Access(self.store, self.clock, token)
         host = tuple(sorted(os.sched_getaffinity(0)))
         self._wake = threading.Event()
-        self.node = Node(
+        self.nodes = Nodes(
             self.store,
             self.clock,
             self.runner,
-            cpus=cpus,
-            memory=memory or _total_memory(),
+            nodes=topology,
             host_cpus=host,
             grace_s=grace_s,
             argo_priority=self._argo_priority,
             wake=self.wake,
             preemption=preemption,
         )
-        self.controller = Controller(self.store, self.clock, self.node)
+        self.controller = Controller(self.store, self.clock, self.nodes)
         self._argo: Listener | None = None
         self._kube: Listener | None = None
         self.watches = WatchHub(self.store, keepalive_s=watch_keepalive_s)
@@ -158,7 +170,12 @@ class LocalCluster:
     def __repr__(self) -> str:
         argo, kube = getattr(self, "_argo", None), getattr(self, "_kube", None)
         urls = f"{argo.url}, {kube.url}" if argo and kube else "not serving"
-        return f"LocalCluster(cpus={self.cpus}, state_dir={str(self.state_dir)!r}, {urls})"
+        nodes = getattr(self, "nodes", None)
+        count = len(nodes.nodes) if nodes is not None else 0
+        return (
+            f"LocalCluster(cpus={self.cpus}, nodes={count}, gpus={self.gpus}, "
+            f"state_dir={str(self.state_dir)!r}, {urls})"
+        )
 
     def _argo_priority(self, pod: Obj) -> int:
         """Argo ``spec.priority`` of a pod's workflow, read live (patches re-order the queue)."""
@@ -174,11 +191,11 @@ class LocalCluster:
         file that cannot be served were quarantined by the store (see ``quarantine.json``).
         """
         with self.store.lock:
-            self.node.recover(self.clock.now())
+            self.nodes.recover(self.clock.now())
             kube = KubeApi(
                 self.store,
                 self.clock,
-                self.node,
+                self.nodes,
                 self.wake,
                 self.namespace,
                 access=self.access,
@@ -229,7 +246,7 @@ class LocalCluster:
         """Close the listeners, stop every container, save the state (each step even if one fails)."""
         self._stop_serving()
         steps: list[Callable[[], None]] = [
-            lambda: self.node.shutdown(self.clock.now()),
+            lambda: self.nodes.shutdown(self.clock.now()),
             lambda: self.controller.settle(self.clock.now()),
         ]
         with self.store.lock:

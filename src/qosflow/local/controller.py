@@ -1,12 +1,18 @@
 """The workflow controller: phases, nodes, pods, progress and shutdown, one tick at a time.
 
 A Workflow goes ``""`` (just created) -> ``Running`` (first tick: its pods are created; they may
-stay Pending on the node) -> ``Succeeded`` / ``Failed``. Group ``k + 1`` of a steps/dag workflow
-starts when every pod of group ``k`` succeeded. ``spec.shutdown`` (stop / terminate) SIGTERMs the
-running pods and fails the queued ones; every node then ends Failed with ``workflow shutdown with
-strategy:  Stop`` and the workflow with ``Stopped with strategy 'Stop'``, as upstream. Progress is
-read from each pod's progress file into ``status.nodes[].progress`` and summed into
-``status.progress`` every tick.
+stay Pending on a node) -> ``Succeeded`` / ``Failed``. Group ``k + 1`` of a steps/dag workflow
+starts when every node of group ``k`` is fulfilled (succeeded, skipped, or a daemon running and
+ready: :mod:`qosflow.local.daemons`), its fanned-out steps side by side; the pods of a group are
+made once the variables of earlier steps they use (``{{steps.NAME.ip}}``) are known. When the
+entrypoint ends (its last group succeeded, a group failed, or the workflow is shutting down) its
+daemons are terminated, and the workflow takes its final phase once none of its pods runs.
+
+``spec.shutdown`` (stop / terminate) SIGTERMs the running pods and fails the queued ones; every
+node then ends Failed with ``workflow shutdown with strategy:  Stop`` and the workflow with
+``Stopped with strategy 'Stop'``, as upstream (a running daemon is ended as above and its node
+Succeeds, as upstream). Progress is read from each pod's progress file into
+``status.nodes[].progress`` and summed (:mod:`qosflow.local.node_tree`) every tick.
 
 One workflow the controller cannot run never stops the others: whatever goes wrong while syncing
 it ends that workflow in ``Error`` with a message (its pods are stopped) and the tick moves on.
@@ -20,8 +26,24 @@ import math
 from typing import Any
 
 from qosflow.local.clock import Clock, parse_rfc3339, rfc3339
-from qosflow.local.node import NODE_NAME, Node
-from qosflow.local.node_tree import DONE, aggregate, summarise_progress, valid_progress
+from qosflow.local.daemons import kill_daemons
+from qosflow.local.expansion import node_variables, unresolved
+from qosflow.local.node import Nodes
+from qosflow.local.node_tree import (
+    DONE,
+    FINAL,
+    aggregate,
+    ensure_root,
+    fulfilled,
+    group_id,
+    group_verdict,
+    link_steps,
+    outbound,
+    skipped_node,
+    start_group,
+    summarise_progress,
+)
+from qosflow.local.pod_nodes import pending_reason, pod_node, retry_node, sync_pod_node
 from qosflow.local.pods import (
     LABEL_COMPLETED,
     LABEL_WORKFLOW,
@@ -32,31 +54,16 @@ from qosflow.local.pods import (
 from qosflow.local.retry import attempt, backoff_s, may_retry
 from qosflow.local.status import ApiError
 from qosflow.local.store import Obj, Store
-from qosflow.local.workflow import Plan, PodStep, effective_spec, plan
+from qosflow.local.workflow import Plan, PodStep, effective_spec, node_id, plan, resolve_step
 
 LABEL_PHASE = "workflows.argoproj.io/phase"
 SHUTDOWN_NODE = "workflow shutdown with strategy:  {}"
 SHUTDOWN_WORKFLOW = "Stopped with strategy '{}'"
-PROGRESS_ANNOTATION = "workflows.argoproj.io/progress"
+Outcome = tuple[str, str]
+"""How the entrypoint ended: (phase, message)."""
 _LOG = logging.getLogger(__name__)
 
-
-def pending_reason(pod: Obj) -> str:
-    """Why a pod is Pending, as Argo's ``getPendingReason`` reads it.
-
-    A waiting container first (``CreateContainerConfigError: secret "x" not found``), then an
-    ``Unschedulable`` condition (``Unschedulable: 0/1 nodes are available: ...``).
-    """
-    status = pod.get("status") or {}
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting")
-        if waiting is not None:
-            reason = str(waiting.get("reason") or "")
-            return f"{reason}: {waiting['message']}" if waiting.get("message") else reason
-    for cond in status.get("conditions") or []:
-        if cond.get("reason") == "Unschedulable":
-            return f"Unschedulable: {cond['message']}" if cond.get("message") else "Unschedulable"
-    return ""
+__all__ = ["Controller", "pending_reason", "workflow_finished"]
 
 
 def workflow_finished(wf: Obj) -> bool:
@@ -65,20 +72,20 @@ def workflow_finished(wf: Obj) -> bool:
 
 
 class Controller:
-    """Runs workflows on the node (callers hold ``store.lock``)."""
+    """Runs workflows on the nodes (callers hold ``store.lock``)."""
 
-    def __init__(self, store: Store, clock: Clock, node: Node) -> None:
+    def __init__(self, store: Store, clock: Clock, nodes: Nodes) -> None:
         self.store = store
         self.clock = clock
-        self.node = node
+        self.nodes = nodes
         self._plans: dict[str, Plan] = {}
 
     # -- the loop ------------------------------------------------------------------------------
     def tick(self, now: float) -> None:
         """One reconcile: kubelet poll, workflows, scheduling, workflows again."""
-        self.node.poll(now)
+        self.nodes.poll(now)
         self._sync_all(now)
-        self.node.schedule(now)
+        self.nodes.schedule(now)
         self._sync_all(now)
 
     def settle(self, now: float) -> None:
@@ -111,9 +118,10 @@ class Controller:
         try:
             for pod in self._pods_of(wf):
                 if pod["status"].get("phase") == "Running":
-                    self.node.terminate(pod, now)
+                    self.nodes.terminate(pod, now)
                 elif pod["status"].get("phase") == "Pending":
-                    self.node.fail_unstarted(pod, now, message)
+                    self.nodes.fail_unstarted(pod, now, message)
+            kill_daemons(wf, lambda pod_name: None)  # their pods got SIGTERM just above
             self._complete(wf, "Error", message, now)
         except Exception:  # the workflow is too broken to complete normally: the minimum
             _LOG.exception("could not complete workflow %s", (wf.get("metadata") or {}).get("name"))
@@ -144,48 +152,131 @@ class Controller:
             return
         p = self.plan_of(wf)
         nodes: dict[str, Obj] = status.setdefault("nodes", {})
-        steps = [s for s in p.steps if s.node_id in nodes]
-        pods = [a for s in steps for a in self._attempts(wf, s) if a.node_id in nodes]
+        started = [s for s in p.steps if s.node_id in nodes]
+        attempts = [a for s in started for a in self._attempts(wf, s) if a.node_id in nodes]
         reason = self._shutdown_reason(wf, now)
-        for pod in pods:
-            self._sync_node(wf, pod, nodes[pod.node_id], now, reason[0] if reason else "")
-        if reason is None:
-            for step in steps:
+        for step in attempts:
+            self._sync_node(wf, step, nodes[step.node_id], now, reason[0] if reason else "")
+        root = nodes.get(wf["metadata"]["name"]) if p.root_type != "Pod" else None
+        if root is not None and root.get("phase") in DONE:  # ended: waiting for its daemons
+            failed = root["phase"] != "Succeeded"
+            outcome: Outcome | None = (
+                root["phase"],
+                reason[1] if reason and failed else str(root.get("message") or ""),
+            )
+        elif reason is None:
+            for step in started:
                 self._update_retry(wf, p, step, now)
-            self._advance(wf, p, steps, now)
-            return
-        active = [a for a in pods if nodes[a.node_id].get("phase") not in DONE]
-        self._shut_down(wf, active, reason[0], now)
-        if any(nodes[a.node_id].get("phase") not in DONE for a in pods):
-            aggregate(wf, p, now)
-            return
-        for step in steps:
-            if nodes[step.node_id].get("phase") not in DONE:
-                nodes[step.node_id].update(
-                    phase="Failed", message=reason[0], finishedAt=rfc3339(now)
-                )
-        self._complete(wf, "Failed", reason[1], now)
+            outcome = self._advance(wf, p, now)
+        else:
+            outcome = self._shut_down(wf, started, attempts, reason, now)
+        self._link(wf, p)
+        if outcome is not None:
+            self._end_entrypoint(wf, p, outcome, now)
+        aggregate(wf, p)
+        if outcome is not None and not self._live_pods(wf):
+            self._complete(wf, outcome[0], outcome[1], now)
 
-    def _advance(self, wf: Obj, p: Plan, steps: list[PodStep], now: float) -> None:
-        """Start the next group, or finish the workflow, when the current group is done."""
+    # -- groups --------------------------------------------------------------------------------
+    def _members(self, wf: Obj, p: Plan, index: int) -> list[str]:
+        """Node ids of group ``index``: its empty fan-outs (``Skipped``) first, then its steps."""
+        name = wf["metadata"]["name"]
+        skipped = [node_id(name, s.node_name) for s in p.skipped if s.group == index]
+        return skipped + [s.node_id for s in p.groups[index]]
+
+    def _advance(self, wf: Obj, p: Plan, now: float) -> Outcome | None:
+        """Start the next group when the current one is fulfilled; the outcome once all are."""
+        name = wf["metadata"]["name"]
         nodes = wf["status"]["nodes"]
-        active = [s for s in steps if nodes[s.node_id].get("phase") not in DONE]
-        failed = [s for s in steps if nodes[s.node_id].get("phase") in ("Failed", "Error")]
-        if failed and not active:
-            first = nodes[failed[0].node_id]
-            message = first.get("message", "")
-            if p.root_type != "Pod":
-                message = f"child '{first['id']}' failed"
-            self._complete(wf, "Failed", message, now)
-            return
-        if not active and not failed:
-            group = (max(s.group for s in steps) + 1) if steps else 0
-            if group >= len(p.groups):
-                self._complete(wf, "Succeeded", "", now)
-                return
-            for step in p.groups[group]:
-                self._start_step(wf, p, step, now)
-        aggregate(wf, p, now)
+        for index in range(len(p.groups)):
+            members = self._members(wf, p, index)
+            gid = group_id(name, index) if p.root_type == "Steps" else ""
+            group = nodes.get(gid) if gid else None
+            if group is not None and group.get("phase") in DONE:  # a group's verdict stays
+                if group["phase"] != "Succeeded":
+                    return "Failed", str(group.get("message") or "")
+                continue
+            fresh = group is None and not any(m in nodes for m in members)
+            if fresh and not self._start_group(wf, p, index, now):
+                return None
+            verdict = group_verdict(nodes, members)
+            if verdict is None:
+                return None
+            if group is not None or gid in nodes:
+                nodes[gid].update(phase=verdict[0], finishedAt=rfc3339(now))
+                if verdict[1]:
+                    nodes[gid]["message"] = verdict[1]
+            if verdict[0] != "Succeeded":
+                message = verdict[1] if p.root_type != "Pod" else nodes[name].get("message", "")
+                return "Failed", str(message)
+        return "Succeeded", ""
+
+    def _variables(self, wf: Obj, p: Plan, group: int) -> dict[str, str]:
+        """``{{steps.NAME.*}}`` (``tasks.`` in a DAG) of the steps of the groups before ``group``."""
+        prefix = "steps" if p.root_type == "Steps" else "tasks"
+        nodes = wf["status"]["nodes"]
+        variables: dict[str, str] = {}
+        for index, steps in enumerate(p.groups[:group]):
+            for step in steps:
+                node = nodes.get(step.node_id)
+                if step.display_name != step.step:  # fanned out: the StepGroup's, as upstream
+                    node = nodes.get(group_id(wf["metadata"]["name"], index))
+                if node is not None:
+                    last = nodes.get(outbound(nodes, node["id"])[0], node)
+                    variables.update(node_variables(prefix, step.step, last))
+        return variables
+
+    def _start_group(self, wf: Obj, p: Plan, index: int, now: float) -> bool:
+        """Create the nodes of group ``index``; False while earlier steps' variables are unknown."""
+        variables = self._variables(wf, p, index)
+        for step in p.groups[index]:
+            resolved = resolve_step(step, variables)
+            if unresolved([resolved.container, resolved.metadata, resolved.pod_spec_patches]):
+                return False
+        if p.root_type == "Steps":
+            start_group(wf, index, now)
+        nodes = wf["status"]["nodes"]
+        for skip in (s for s in p.skipped if s.group == index):
+            node = skipped_node(wf, skip.node_name, skip.display_name, skip.message, now)
+            nodes[node["id"]] = node
+        for step in p.groups[index]:
+            self._start_step(wf, p, step, now)
+        return True
+
+    def _link(self, wf: Obj, p: Plan) -> None:
+        """The children links of the root and its groups (Argo's tree)."""
+        nodes = wf["status"]["nodes"]
+        name = wf["metadata"]["name"]
+        if p.root_type == "Steps":
+            link_steps(wf, [self._members(wf, p, i) for i in range(len(p.groups))])
+        elif p.root_type == "DAG" and name in nodes:
+            nodes[name]["children"] = [m for m in self._members(wf, p, 0) if m in nodes]
+
+    def _end_entrypoint(self, wf: Obj, p: Plan, outcome: Outcome, now: float) -> None:
+        """The entrypoint ended: its node's phase and outbound nodes; its daemons terminated."""
+        name = wf["metadata"]["name"]
+        nodes = wf["status"]["nodes"]
+        root = nodes.get(name)
+        if p.root_type != "Pod" and root is not None and root.get("phase") not in DONE:
+            root.update(phase=outcome[0], finishedAt=rfc3339(now))
+            if outcome[0] != "Succeeded" and not wf["spec"].get("shutdown"):
+                root["message"] = outcome[1]
+            started = [i for i in range(len(p.groups)) if group_id(name, i) in nodes]
+            if p.root_type == "Steps" and started:
+                members = [m for m in self._members(wf, p, started[-1]) if m in nodes]
+                root["outboundNodes"] = [o for m in members for o in outbound(nodes, m)]
+        ns = wf["metadata"].get("namespace", "")
+
+        def terminate(pod_name: str) -> None:
+            pod = self.store.get("Pod", ns, pod_name)
+            if pod is not None and pod["status"].get("phase") == "Running":
+                self.nodes.terminate(pod, now)
+
+        kill_daemons(wf, terminate)
+
+    def _live_pods(self, wf: Obj) -> list[Obj]:
+        """The workflow's pods that have not ended."""
+        return [p for p in self._pods_of(wf) if p["status"].get("phase") in ("Pending", "Running")]
 
     # -- start / finish ------------------------------------------------------------------------
     def _start(self, wf: Obj, now: float) -> None:
@@ -207,6 +298,8 @@ class Controller:
         status.update(phase="Running", startedAt=rfc3339(now), finishedAt=None, progress="0/1")
         status["nodes"] = {}
         status["conditions"] = [{"type": "PodRunning", "status": "False"}]
+        if p.root_type != "Pod":
+            ensure_root(wf, p)
         self.store.touch(wf)
         self.sync(wf, now)
 
@@ -223,7 +316,7 @@ class Controller:
         if message:
             status["message"] = message
         for node in nodes.values():
-            if node.get("phase") not in DONE and node.get("type") != "Pod":
+            if node.get("phase") not in FINAL and node.get("type") != "Pod":
                 node.update(phase=phase, finishedAt=rfc3339(now))
         status["conditions"] = [
             {"type": "PodRunning", "status": "False"},
@@ -268,27 +361,17 @@ class Controller:
         ]
 
     # -- pods and nodes ------------------------------------------------------------------------
+    def _resolved(self, wf: Obj, p: Plan, step: PodStep) -> PodStep:
+        """``step`` with the variables of the steps before its group filled in."""
+        return resolve_step(step, self._variables(wf, p, step.group))
+
     def _start_step(self, wf: Obj, p: Plan, step: PodStep, now: float) -> None:
         """Create the node(s) of a step: its pod node, or a Retry node and attempt 0."""
         nodes = wf["status"]["nodes"]
         if step.retry is None:
             nodes[step.node_id] = self._create_pod(wf, p, step, now)
             return
-        name = wf["metadata"]["name"]
-        nodes[step.node_id] = {
-            "id": step.node_id,
-            "name": step.node_name,
-            "displayName": step.display_name,
-            "type": "Retry",
-            "templateName": step.template,
-            "templateScope": f"local/{name}",
-            "phase": "Running",
-            "startedAt": rfc3339(now),
-            "finishedAt": None,
-            "children": [],
-        }
-        if step.node_name != name:
-            nodes[step.node_id]["boundaryID"] = name
+        nodes[step.node_id] = retry_node(wf, self._resolved(wf, p, step), now)
         self._new_attempt(wf, p, step, now)
 
     def _new_attempt(self, wf: Obj, p: Plan, step: PodStep, now: float) -> None:
@@ -308,24 +391,10 @@ class Controller:
 
     def _create_pod(self, wf: Obj, p: Plan, step: PodStep, now: float) -> Obj:
         """Create the pod of a step (admission included); returns its Argo node."""
-        wf_name = wf["metadata"]["name"]
-        initial = step.metadata.get("annotations", {}).get(PROGRESS_ANNOTATION, "")
-        node: Obj = {
-            "id": step.node_id,
-            "name": step.node_name,
-            "displayName": step.display_name,
-            "type": "Pod",
-            "templateName": step.template,
-            "templateScope": f"local/{wf_name}",
-            "phase": "Pending",
-            "startedAt": rfc3339(now),
-            "finishedAt": None,
-            "progress": initial if valid_progress(initial) else "0/1",
-        }
-        if step.node_name != wf_name:
-            node["boundaryID"] = wf_name
+        step = self._resolved(wf, p, step)
+        node = pod_node(wf, step, now)
         try:
-            pod = build_pod(self.store, wf, step, rfc3339(now) or "", self.node.grace_s)
+            pod = build_pod(self.store, wf, step, rfc3339(now) or "", self.nodes.grace_s)
         except ApiError as exc:
             node.update(phase="Error", message=exc.message, finishedAt=rfc3339(now))
             return node
@@ -340,6 +409,8 @@ class Controller:
             return
         attempts = self._attempts(wf, step)
         last = nodes[attempts[-1].node_id]
+        if last.get("daemoned"):
+            node["daemoned"] = True
         phase = last.get("phase")
         if phase not in DONE:
             node["phase"] = "Running"
@@ -361,47 +432,9 @@ class Controller:
 
     def _sync_node(self, wf: Obj, step: PodStep, node: Obj, now: float, shutdown: str) -> None:
         """Copy the pod's state into its Argo node (a shutdown fails every node that ends)."""
-        if node.get("phase") in DONE:
-            return
         pod = self.store.get("Pod", wf["metadata"].get("namespace", ""), step.pod)
-        if pod is None:
-            node.update(phase="Error", message="pod deleted", finishedAt=rfc3339(now))
-            return
-        pstatus = pod["status"]
-        phase = pstatus.get("phase")
-        progress = self.node.progress_of(pod)
-        if progress is not None:
-            node["progress"] = progress
-        if phase == "Pending":
-            reason = pending_reason(pod)
-            if reason:
-                node["message"] = reason
-            return
-        node["hostNodeName"] = NODE_NAME
-        node.pop("message", None)
-        if phase == "Running":
-            node["phase"] = "Running"
-            return
-        node["finishedAt"] = rfc3339(now)
-        if shutdown:
-            node.update(phase="Failed", message=shutdown)
-            return
-        disruption = next(
-            (c for c in pstatus.get("conditions") or [] if c["type"] == "DisruptionTarget"), None
-        )
-        if disruption is not None:  # preempted: upstream sees the pod deleted
-            node.update(phase="Failed", message="pod deleted")
-            return
-        if phase == "Succeeded":
-            node["phase"] = "Succeeded"
-            return
-        cstatus = (pstatus.get("containerStatuses") or [{}])[0]
-        terminated = cstatus.get("state", {}).get("terminated") or {}
-        code = terminated.get("exitCode")
-        node["phase"] = "Failed"
-        node["message"] = (
-            terminated.get("message") or pstatus.get("message") or f"Error (exit code {code})"
-        )
+        progress = self.nodes.progress_of(pod) if pod is not None else None
+        sync_pod_node(step, node, pod, progress, now, shutdown)
 
     # -- shutdown ------------------------------------------------------------------------------
     def _shutdown_reason(self, wf: Obj, now: float) -> tuple[str, str] | None:
@@ -421,16 +454,37 @@ class Controller:
             )
         return None
 
-    def _shut_down(self, wf: Obj, active: list[PodStep], message: str, now: float) -> None:
-        """Fail queued pods at once; SIGTERM running ones (SIGKILL after their grace period)."""
-        ns = wf["metadata"].get("namespace", "")
+    def _shut_down(
+        self,
+        wf: Obj,
+        started: list[PodStep],
+        attempts: list[PodStep],
+        reason: tuple[str, str],
+        now: float,
+    ) -> Outcome | None:
+        """Stop the pods of unfinished nodes; the outcome once every node is fulfilled.
+
+        Queued pods fail at once; running ones get SIGTERM (SIGKILL after their grace period). A
+        running daemon is left to :func:`~qosflow.local.daemons.kill_daemons`, as upstream.
+        """
         nodes = wf["status"]["nodes"]
+        active = [a for a in attempts if not fulfilled(nodes[a.node_id])]
+        ns = wf["metadata"].get("namespace", "")
         for step in active:
             pod = self.store.get("Pod", ns, step.pod)
             if pod is None or pod["status"].get("phase") != "Running":
                 if pod is not None:
-                    self.node.fail_unstarted(pod, now, message)
-                nodes[step.node_id].update(phase="Failed", message=message, finishedAt=rfc3339(now))
+                    self.nodes.fail_unstarted(pod, now, reason[0])
+                nodes[step.node_id].update(
+                    phase="Failed", message=reason[0], finishedAt=rfc3339(now)
+                )
             else:
-                self.node.terminate(pod, now)
-        self.store.touch(wf)
+                self.nodes.terminate(pod, now)
+        if any(not fulfilled(nodes[a.node_id]) for a in attempts):
+            return None
+        for step in started:
+            if not fulfilled(nodes[step.node_id]):
+                nodes[step.node_id].update(
+                    phase="Failed", message=reason[0], finishedAt=rfc3339(now)
+                )
+        return "Failed", reason[1]

@@ -30,7 +30,7 @@ from qosflow.local.kube_version import (
 )
 from qosflow.local.names import pod_dir
 from qosflow.local.namespaces import seed_namespaces
-from qosflow.local.node import NODE_LABELS, NODE_NAME, Node
+from qosflow.local.node import Nodes
 from qosflow.local.objects import OBJECT_KINDS, ObjectApi
 from qosflow.local.patch import apply_patch
 from qosflow.local.priority_classes import PriorityClassApi
@@ -43,6 +43,7 @@ from qosflow.local.shapes import POD_PATCH, STORED_WORKFLOW, ShapeError, check
 from qosflow.local.status import ApiError, conflict, invalid, not_found
 from qosflow.local.storage import StorageClassApi, bind_claim, seed_storage_class
 from qosflow.local.store import Obj, Store, snapshot
+from qosflow.local.topology import node_document
 
 _POD_FIELDS = frozenset({"metadata.name", "metadata.namespace", "status.phase", "spec.nodeName"})
 Query = dict[str, list[str]]
@@ -100,7 +101,7 @@ class KubeApi:
         self,
         store: Store,
         clock: Clock,
-        node: Node,
+        nodes: Nodes,
         wake: Callable[[], None],
         namespace: str,
         *,
@@ -109,7 +110,7 @@ class KubeApi:
     ) -> None:
         self.store = store
         self.clock = clock
-        self.node = node
+        self.nodes = nodes
         self.wake = wake
         self.namespace = namespace
         self.minor = kubernetes_minor(kubernetes_version)
@@ -162,54 +163,22 @@ class KubeApi:
         return 200, version_info(self.minor)
 
     # -- nodes ---------------------------------------------------------------------------------
-    def _node_doc(self) -> Obj:
-        resources = {
-            "cpu": str(self.node.cpus),
-            "memory": f"{self.node.memory // 1024}Ki",
-            "pods": "110",
-        }
-        return {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": NODE_NAME,
-                "uid": "00000000-0000-4000-8000-000000000001",
-                "resourceVersion": self.store.resource_version,
-                "labels": dict(NODE_LABELS),
-            },
-            "spec": {},
-            "status": {
-                "capacity": dict(resources),
-                "allocatable": dict(resources),
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "kubelet is posting ready status",
-                    }
-                ],
-                "addresses": [
-                    {"type": "InternalIP", "address": "127.0.0.1"},
-                    {"type": "Hostname", "address": NODE_NAME},
-                ],
-            },
-        }
-
     def list_nodes(self, **_: Any) -> tuple[int, Any]:
-        """``GET /api/v1/nodes``: the one node."""
+        """``GET /api/v1/nodes``: every node with its allocatable resources."""
+        version = self.store.resource_version
         return 200, {
             "kind": "NodeList",
             "apiVersion": "v1",
-            "metadata": {"resourceVersion": self.store.resource_version},
-            "items": [self._node_doc()],
+            "metadata": {"resourceVersion": version},
+            "items": [node_document(n, version) for n in self.nodes.nodes],
         }
 
     def get_node(self, name: str, **_: Any) -> tuple[int, Any]:
         """``GET /api/v1/nodes/{name}``."""
-        if name != NODE_NAME:
+        node = self.nodes.by_name.get(name)
+        if node is None:
             raise not_found("nodes", name)
-        return 200, self._node_doc()
+        return 200, node_document(node, self.store.resource_version)
 
     # -- pods ----------------------------------------------------------------------------------
     def _pod_or_404(self, ns: str, name: str) -> Obj:

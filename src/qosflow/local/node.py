@@ -1,20 +1,18 @@
-"""The one node of the local cluster: scheduler and kubelet in one.
+"""The nodes of the local cluster: their accounting and their kubelets (one object for all).
 
-* **Scheduling.** Pending pods are considered in priority order (pod priority from its
-  PriorityClass, then the workflow's Argo ``spec.priority``, then creation order). A pod whose
-  PersistentVolumeClaim is missing, or whose ``nodeSelector`` / required node affinity does not
-  match the node's labels (:data:`NODE_LABELS`), stays Pending with an ``Unschedulable``
-  condition and the scheduler's message; so does one that does not fit the free CPU and memory.
-  Each one that fits is bound and its container started (:mod:`qosflow.local.kubelet`).
-* **Kubelet.** Every tick it retries the containers still waiting for a ConfigMap or Secret,
-  polls the running ones (exit codes, the progress file), finishes in-place resizes
-  (``PodResizePending`` Deferred / Infeasible, ``PodResizeInProgress``), and SIGKILLs pods whose
+* **Scheduling** is :mod:`qosflow.local.scheduler` (which node takes a pending pod, or why none
+  can); a bound pod gets a loopback address of its node (:mod:`qosflow.local.addresses`) and its
+  container is started (:mod:`qosflow.local.kubelet`), pinned to cores of its node.
+* **Kubelets.** Every tick they retry the containers still waiting for a ConfigMap or Secret,
+  poll the running ones (exit codes, the progress file, readiness probes:
+  :mod:`qosflow.local.readiness`), finish in-place resizes against the pod's node
+  (``PodResizePending`` Deferred / Infeasible, ``PodResizeInProgress``), and SIGKILL pods whose
   grace period after SIGTERM is over. When a pod ends, its container layers and own volumes are
-  removed (:func:`qosflow.local.sandbox.release`).
+  removed (:func:`qosflow.local.sandbox.release`) and its address is free again.
 * **Restarts.** A container a previous server started and that still runs is re-adopted; one that
   ended while the server was down gets the exit code its supervisor recorded
   (:mod:`qosflow.local.supervisor`); only a container that left no trace is failed.
-* **Isolation.** A pod the node cannot read (a quantity that does not parse, say, from an old
+* **Isolation.** A pod the nodes cannot read (a quantity that does not parse, say, from an old
   state file) is failed with a message; it never stops the scheduling of the others.
 """
 
@@ -22,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import math
-import platform
 import time
 from collections.abc import Callable
 from decimal import Decimal
@@ -32,30 +29,23 @@ from qosflow.local.clock import Clock, rfc3339
 from qosflow.local.errors import LocalClusterError
 from qosflow.local.kubelet import bind, launch_spec, start_container
 from qosflow.local.names import pod_dir
-from qosflow.local.pod_volumes import claim_problem
 from qosflow.local.pods import (
     allocated_cpu,
-    condition,
+    desired,
     desired_cpu,
     desired_memory,
     drop_condition,
     pod_key,
     set_condition,
 )
-from qosflow.local.preemption import choose_victims
+from qosflow.local.readiness import update_readiness
 from qosflow.local.resize import kubelet_resize
 from qosflow.local.runner import PodProcess, Runner
 from qosflow.local.sandbox import progress_file, release
-from qosflow.local.scheduling import AFFINITY_MESSAGE, fits_node
+from qosflow.local.scheduler import schedule
 from qosflow.local.store import Obj, Store
+from qosflow.local.topology import NodeInfo
 
-NODE_NAME = "qosflow-local"
-NODE_LABELS = {
-    "kubernetes.io/hostname": NODE_NAME,
-    "kubernetes.io/os": "linux",
-    "kubernetes.io/arch": "amd64" if platform.machine() in ("x86_64", "AMD64") else "arm64",
-}
-"""The one node's labels (nodeSelector and node affinity are matched against them)."""
 LIVE = ("Pending", "Running")
 LOST_MESSAGE = (
     "The container could not be located when the pod was terminated: the local cluster "
@@ -65,15 +55,14 @@ LOST_MESSAGE = (
 _LOG = logging.getLogger(__name__)
 
 
-class Node:
-    """Scheduler + kubelet over the shared store (callers hold ``store.lock``).
+class Nodes:
+    """The cluster's nodes over the shared store: accounting and kubelets (callers hold the lock).
 
     Args:
         store: The object store.
         clock: Time source.
         runner: Starts containers.
-        cpus: Allocatable CPUs of the node.
-        memory: Allocatable memory in bytes.
+        nodes: The nodes (:func:`qosflow.local.topology.make_nodes`).
         host_cpus: Host CPU ids virtual core ``i`` maps to (``i % len``).
         grace_s: Default termination grace period.
         argo_priority: ``pod -> spec.priority`` of its workflow (live, for the queue order).
@@ -87,8 +76,7 @@ class Node:
         clock: Clock,
         runner: Runner,
         *,
-        cpus: int,
-        memory: int,
+        nodes: tuple[NodeInfo, ...],
         host_cpus: tuple[int, ...],
         grace_s: float,
         argo_priority: Callable[[Obj], int],
@@ -98,8 +86,8 @@ class Node:
         self.store = store
         self.clock = clock
         self.runner = runner
-        self.cpus = cpus
-        self.memory = memory
+        self.nodes = nodes
+        self.by_name = {node.name: node for node in nodes}
         self.host_cpus = host_cpus
         self.grace_s = grace_s
         self.argo_priority = argo_priority
@@ -108,17 +96,28 @@ class Node:
         self.procs: dict[str, PodProcess] = {}
 
     # -- accounting ----------------------------------------------------------------------------
-    def running_pods(self) -> list[Obj]:
-        """Pods whose container runs."""
-        return [p for p in self.store.items("Pod") if p["status"].get("phase") == "Running"]
+    def node_of(self, pod: Obj) -> NodeInfo:
+        """The node a bound pod is on (the first node for a name no node has, from old state)."""
+        return self.by_name.get(str(pod["spec"].get("nodeName") or ""), self.nodes[0])
 
-    def bound_pods(self) -> list[Obj]:
-        """Pods bound to the node and not finished (running, or waiting for their container)."""
+    def running_pods(self, node: NodeInfo | None = None) -> list[Obj]:
+        """Pods whose container runs (on ``node``, when given)."""
         return [
             p
             for p in self.store.items("Pod")
-            if p["status"].get("phase") == "Running"
-            or (p["status"].get("phase") == "Pending" and p["spec"].get("nodeName"))
+            if p["status"].get("phase") == "Running" and (node is None or self.node_of(p) is node)
+        ]
+
+    def bound_pods(self, node: NodeInfo | None = None) -> list[Obj]:
+        """Pods bound and not finished (running, or waiting for their container), on ``node``."""
+        return [
+            p
+            for p in self.store.items("Pod")
+            if (
+                p["status"].get("phase") == "Running"
+                or (p["status"].get("phase") == "Pending" and p["spec"].get("nodeName"))
+            )
+            and (node is None or self.node_of(p) is node)
         ]
 
     def waiting_pods(self) -> list[Obj]:
@@ -129,34 +128,52 @@ class Node:
             if p["status"].get("phase") == "Pending" and pod_key(p) not in self.procs
         ]
 
-    def used_cpu(self, *, exclude: Obj | None = None, kubelet: bool = False) -> int:
-        """Millicores taken by bound pods (scheduler: max of desired and allocated)."""
+    def addresses_in_use(self) -> set[str]:
+        """The pod addresses live pods hold."""
+        return {
+            str(p["status"].get("podIP")) for p in self.bound_pods() if p["status"].get("podIP")
+        }
+
+    def used_cpu(self, node: NodeInfo, *, exclude: Obj | None = None, kubelet: bool = False) -> int:
+        """Millicores taken on ``node`` by bound pods (scheduler: max of desired and allocated)."""
         total = 0
-        for pod in self.bound_pods():
+        for pod in self.bound_pods(node):
             if pod is not exclude:
                 alloc = allocated_cpu(pod)
                 total += alloc if kubelet else max(alloc, desired_cpu(pod))
         return total
 
-    def used_memory(self) -> Decimal:
-        """Bytes requested by bound pods."""
-        return sum((desired_memory(p) for p in self.bound_pods()), Decimal(0))
+    def free(self, node: NodeInfo) -> dict[str, Decimal]:
+        """What ``node`` has free for the scheduler: ``cpu`` in millicores, ``memory``, GPUs..."""
+        pods = self.bound_pods(node)
+        free = {
+            "cpu": Decimal(node.cpus * 1000 - self.used_cpu(node)),
+            "memory": Decimal(node.memory) - sum((desired_memory(p) for p in pods), Decimal(0)),
+        }
+        for name, amount in node.allocatable().items():
+            if name not in free:
+                free[name] = amount - sum((desired(p, name) for p in pods), Decimal(0))
+        return free
 
-    def _cores_in_use(self, exclude: str = "") -> dict[int, int]:
-        """Virtual core -> number of running pods pinned to it."""
-        counts = dict.fromkeys(range(self.cpus), 0)
+    def _cores_in_use(self, node: NodeInfo, exclude: str = "") -> dict[int, int]:
+        """Virtual core of ``node`` -> number of running pods pinned to it."""
+        counts = dict.fromkeys(node.cores, 0)
         for key, record in self.store.runtime.items():
             if key != exclude and record.get("cores") is not None and key in self.procs:
                 for core in record["cores"]:
-                    counts[core] = counts.get(core, 0) + 1
+                    if core in counts:
+                        counts[core] += 1
         return counts
 
-    def pick_cores(self, milli: int, current: list[int], exclude: str = "") -> list[int]:
-        """Virtual cores for ``milli`` millicores: keep ``current`` ones, add the least shared."""
-        want = self.cpus if milli <= 0 else max(1, min(self.cpus, math.ceil(milli / 1000)))
+    def pick_cores(
+        self, node: NodeInfo, milli: int, current: list[int], exclude: str = ""
+    ) -> list[int]:
+        """Virtual cores of ``node`` for ``milli`` millicores: keep ``current``, add the least shared."""
+        want = node.cpus if milli <= 0 else max(1, min(node.cpus, math.ceil(milli / 1000)))
+        current = [c for c in current if c in node.cores]
         if len(current) >= want:
             return sorted(current[:want])
-        counts = self._cores_in_use(exclude)
+        counts = self._cores_in_use(node, exclude)
         spare = sorted((c for c in counts if c not in current), key=lambda c: (counts[c], c))
         return sorted(current + spare[: want - len(current)])
 
@@ -165,101 +182,13 @@ class Node:
         return tuple(sorted({self.host_cpus[c % len(self.host_cpus)] for c in cores}))
 
     # -- scheduling ----------------------------------------------------------------------------
-    def queue(self) -> list[Obj]:
-        """Pending, unbound pods in admission order."""
-        pending = [
-            p
-            for p in self.store.items("Pod")
-            if p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName")
-        ]
-        return sorted(
-            pending,
-            key=lambda p: (
-                -int(p["spec"].get("priority", 0)),
-                -self.argo_priority(p),
-                self.store.creation_seq(p),
-            ),
-        )
-
     def schedule(self, now: float) -> None:
-        """Bind and start every queued pod that fits, in priority order."""
-        for pod in self.queue():
-            try:
-                self._schedule_one(pod, now)
-            except Exception as exc:  # one pod that cannot start must not stop the queue
-                self.fail_pod(pod, now, exc)
+        """Bind and start every queued pod that fits somewhere (:mod:`qosflow.local.scheduler`)."""
+        schedule(self, now)
 
-    def unschedulable(self, pod: Obj) -> str | None:
-        """The scheduler's message when the node can never take ``pod`` as it is, else ``None``."""
-        problem = claim_problem(self.store, pod)
-        if problem is not None:
-            return problem
-        if not fits_node(pod["spec"], NODE_LABELS, NODE_NAME):
-            return AFFINITY_MESSAGE
-        return None
-
-    def _mark_unschedulable(self, pod: Obj, message: str, now: float) -> None:
-        """``PodScheduled=False / Unschedulable`` with ``message`` (touched only on a change)."""
-        current = condition(pod, "PodScheduled")
-        if current is not None and current.get("message") == message:
-            return
-        stamp = rfc3339(now) or ""
-        set_condition(pod, "PodScheduled", "False", stamp, reason="Unschedulable", message=message)
-        self.store.touch(pod)
-
-    def _schedule_one(self, pod: Obj, now: float) -> None:
-        """Start one queued pod, or mark it Unschedulable (preempting for it when allowed)."""
-        blocked = self.unschedulable(pod)
-        if blocked is not None:
-            self._mark_unschedulable(pod, blocked, now)
-            return
-        cpu, memory = desired_cpu(pod), desired_memory(pod)
-        free_cpu = self.cpus * 1000 - self.used_cpu()
-        free_memory = self.memory - self.used_memory()
-        short = [
-            n for n, ok in (("cpu", cpu <= free_cpu), ("memory", memory <= free_memory)) if not ok
-        ]
-        if short == ["cpu"] and self.preemption and self._preempt(pod, cpu, free_cpu, now):
-            return
-        if short:
-            reasons = ", ".join(f"1 Insufficient {n}" for n in short)
-            message = (
-                f"0/1 nodes are available: {reasons}. preemption: 0/1 nodes are "
-                "available: 1 No preemption victims found for incoming pod."
-            )
-            self._mark_unschedulable(pod, message, now)
-            return
-        self.start(pod, now)
-
-    def _preempt(self, pod: Obj, need: int, free: int, now: float) -> bool:
-        """Evict lower-priority pods for ``pod`` (once); True when it now waits for them."""
-        if pod["status"].get("nominatedNodeName"):
-            return any(self.store.runtime.get(k, {}).get("preempted_by") for k in self.procs)
-        terminating = {k for k, r in self.store.runtime.items() if r.get("term_at") is not None}
-        running = [p for p in self.running_pods() if pod_key(p) not in terminating]
-        victims = choose_victims(pod, running, need=need, free=free, cpu_of=allocated_cpu)
-        if not victims:
-            return False
-        preemptor = pod_key(pod)
-        for victim in victims:
-            self.store.runtime[pod_key(victim)]["preempted_by"] = preemptor
-            set_condition(
-                victim,
-                "DisruptionTarget",
-                "True",
-                rfc3339(now) or "",
-                reason="PreemptionByScheduler",
-                message=f"{preemptor}: preempting to accommodate a higher priority pod",
-            )
-            self.terminate(victim, now)
-            self.store.touch(victim)
-        pod["status"]["nominatedNodeName"] = NODE_NAME
-        self.store.touch(pod)
-        return True
-
-    def start(self, pod: Obj, now: float) -> None:
-        """Bind ``pod`` to the node and start its ``main`` container (or let it wait)."""
-        bind(self, pod, NODE_NAME, now)
+    def start(self, pod: Obj, node: NodeInfo, now: float) -> None:
+        """Bind ``pod`` to ``node`` and start its ``main`` container (or let it wait)."""
+        bind(self, pod, node, now)
         start_container(self, pod, now)
 
     # -- kubelet -------------------------------------------------------------------------------
@@ -313,6 +242,7 @@ class Node:
             self.finish(pod, now, code, "")
             return
         kubelet_resize(self, pod, now)
+        update_readiness(self, pod, process, now)
 
     def _fail_unreadable(self, now: float) -> None:
         """Fail live pods whose resources or priority do not parse (the accounting reads them)."""

@@ -74,7 +74,7 @@ def source_kind(volume: Obj) -> str:
     return kinds[0] if len(kinds) == 1 else ""
 
 
-def claim_problem(store: Store, pod: Obj) -> str | None:
+def claim_problem(store: Store, pod: Obj, nodes: int = 1) -> str | None:
     """The scheduler's message when a PersistentVolumeClaim of the pod is missing or unbound.
 
     A claim without a status (put into the store directly) counts as bound.
@@ -86,9 +86,11 @@ def claim_problem(store: Store, pod: Obj) -> str | None:
             continue
         stored = store.get("PersistentVolumeClaim", namespace, str(claim))
         if stored is None:
-            return f'0/1 nodes are available: persistentvolumeclaim "{claim}" not found.'
+            return f'0/{nodes} nodes are available: persistentvolumeclaim "{claim}" not found.'
         if (stored.get("status") or {}).get("phase") == "Pending":
-            return "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+            return (
+                f"0/{nodes} nodes are available: pod has unbound immediate PersistentVolumeClaims."
+            )
     return None
 
 

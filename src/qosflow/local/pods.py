@@ -78,6 +78,28 @@ def desired_memory(pod: Obj) -> Decimal:
     )
 
 
+def desired(pod: Obj, resource: str) -> Decimal:
+    """Desired amount of any resource (an extended one such as GPUs) of a pod, over all containers."""
+    return sum(
+        (
+            quantity(effective_requests(c.get("resources")).get(resource))
+            for c in pod["spec"]["containers"]
+        ),
+        Decimal(0),
+    )
+
+
+def extended_resources(pod: Obj) -> list[str]:
+    """The extended resources (``vendor/name``, GPUs) a pod requests, sorted."""
+    names = {
+        str(name)
+        for c in pod["spec"]["containers"]
+        for name in effective_requests(c.get("resources"))
+        if "/" in str(name)
+    }
+    return sorted(names)
+
+
 def allocated_cpu(pod: Obj) -> int:
     """CPU the kubelet admitted (``allocatedResources``), or the desired CPU before that."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
@@ -185,6 +207,19 @@ def _labels(wf: Obj, step: PodStep) -> tuple[dict[str, str], dict[str, str]]:
     return labels, annotations
 
 
+def _default_requests(container: Obj) -> None:
+    """The API server's defaulting: a limit without a request is the request too."""
+    resources = container.get("resources")
+    if not isinstance(resources, dict) or not isinstance(resources.get("limits"), dict):
+        return
+    requests = resources.get("requests")
+    requests = dict(requests) if isinstance(requests, dict) else {}
+    for name, value in resources["limits"].items():
+        requests.setdefault(name, value)
+    if requests:  # a new dict: the plan's container is shared by every attempt
+        container["resources"] = {**resources, "requests": requests}
+
+
 def _pod_spec(step: PodStep, grace_s: float) -> Obj:
     """The pod spec Argo's controller builds for ``step``, its podSpecPatches applied."""
     container = {k: v for k, v in step.container.items() if v is not None}
@@ -201,6 +236,8 @@ def _pod_spec(step: PodStep, grace_s: float) -> Obj:
     if step.priority_class:
         pod_spec["priorityClassName"] = step.priority_class
     pod_spec = apply_pod_spec_patches(pod_spec, step)
+    for each in pod_spec.get("containers") or []:
+        _default_requests(each)
     main = main_container({"spec": pod_spec})  # Argo mounts /var/run/argo after the patches
     main["volumeMounts"] = [*(main.get("volumeMounts") or []), dict(ARGO_MOUNT)]
     return pod_spec

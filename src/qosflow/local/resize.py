@@ -6,8 +6,9 @@ the pod's QoS class may not change; nothing else in the spec may change (``resiz
 Violations are 422 ``Invalid`` with the upstream messages.
 
 The kubelet (:func:`kubelet_resize`, one step per tick): ``PodResizePending`` (``Infeasible`` above
-the node's capacity, ``Deferred`` above its free CPU), or admit the resize (allocate, re-pin the
-process, ``PodResizeInProgress``), then report the new ``resources`` and clear the condition.
+the capacity of the pod's node, ``Deferred`` above that node's free CPU), or admit the resize
+(allocate, re-pin the process, ``PodResizeInProgress``), then report the new ``resources`` and
+clear the condition.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from qosflow.local.status import invalid
 from qosflow.local.store import Obj
 
 if TYPE_CHECKING:
-    from qosflow.local.node import Node
+    from qosflow.local.node import Nodes
 
 
 def _resource_causes(index: int, before: Obj, after: Obj) -> list[tuple[str, str]]:
@@ -86,7 +87,7 @@ def check_resize(pod: str, old: list[Obj], new: list[Obj]) -> None:
         )
 
 
-def kubelet_resize(node: Node, pod: Obj, now: float) -> None:
+def kubelet_resize(nodes: Nodes, pod: Obj, now: float) -> None:
     """Kubelet side of an in-place resize (one step per tick)."""
     stamp = rfc3339(now) or ""
     status = pod["status"]
@@ -100,39 +101,40 @@ def kubelet_resize(node: Node, pod: Obj, now: float) -> None:
         cstatus["resources"] = {k: dict(v) for k, v in (container.get("resources") or {}).items()}
         drop_condition(pod, "PodResizeInProgress")
         status["observedGeneration"] = pod["metadata"].get("generation", 1)
-        node.store.touch(pod)
+        nodes.store.touch(pod)
         return
     want, have = desired_cpu(pod), allocated_cpu(pod)
     allocated_memory = (cstatus.get("allocatedResources") or {}).get("memory")
     if want == have and desired.get("memory") == allocated_memory:
         if condition(pod, "PodResizePending") is not None:  # resized back: nothing to wait for
             drop_condition(pod, "PodResizePending")
-            node.store.touch(pod)
+            nodes.store.touch(pod)
         return
-    free = node.cpus * 1000 - node.used_cpu(exclude=pod, kubelet=True)
-    if want > node.cpus * 1000:
+    host = nodes.node_of(pod)
+    capacity = host.cpus * 1000
+    free = capacity - nodes.used_cpu(host, exclude=pod, kubelet=True)
+    if want > capacity:
         _pending(
-            node,
+            nodes,
             pod,
             stamp,
             "Infeasible",
-            "Node didn't have enough capacity: cpu, "
-            f"requested: {want}, capacity: {node.cpus * 1000}",
+            f"Node didn't have enough capacity: cpu, requested: {want}, capacity: {capacity}",
         )
     elif want > free:
         _pending(
-            node,
+            nodes,
             pod,
             stamp,
             "Deferred",
             "Node didn't have enough resource: cpu, "
-            f"requested: {want}, used: {node.cpus * 1000 - free}, capacity: {node.cpus * 1000}",
+            f"requested: {want}, used: {capacity - free}, capacity: {capacity}",
         )
     else:
-        _apply_resize(node, pod, want, desired, stamp)
+        _apply_resize(nodes, pod, want, desired, stamp)
 
 
-def _pending(node: Node, pod: Obj, stamp: str, reason: str, message: str) -> None:
+def _pending(nodes: Nodes, pod: Obj, stamp: str, reason: str, message: str) -> None:
     """Set ``PodResizePending`` (only writes when something changed)."""
     current = condition(pod, "PodResizePending")
     gen = pod["metadata"].get("generation", 1)
@@ -140,21 +142,21 @@ def _pending(node: Node, pod: Obj, stamp: str, reason: str, message: str) -> Non
         return
     set_condition(pod, "PodResizePending", "True", stamp, reason=reason, message=message)
     pod["status"]["observedGeneration"] = gen
-    node.store.touch(pod)
+    nodes.store.touch(pod)
 
 
-def _apply_resize(node: Node, pod: Obj, want: int, desired: dict[str, Any], stamp: str) -> None:
+def _apply_resize(nodes: Nodes, pod: Obj, want: int, desired: dict[str, Any], stamp: str) -> None:
     """Admit a resize: allocate, re-pin the process, mark it in progress."""
     key = pod_key(pod)
-    record = node.store.runtime[key]
-    cores = node.pick_cores(want, list(record.get("cores") or []), exclude=key)
+    record = nodes.store.runtime[key]
+    cores = nodes.pick_cores(nodes.node_of(pod), want, list(record.get("cores") or []), exclude=key)
     record["cores"] = cores
-    process = node.procs.get(key)
+    process = nodes.procs.get(key)
     if process is not None:
-        process.set_cores(node.host_cores(cores), want / 1000)
+        process.set_cores(nodes.host_cores(cores), want / 1000)
     cstatus = pod["status"]["containerStatuses"][0]
     cstatus["allocatedResources"] = {**desired, "cpu": format_cpu(want)}
     drop_condition(pod, "PodResizePending")
     set_condition(pod, "PodResizeInProgress", "True", stamp)
     pod["status"]["observedGeneration"] = pod["metadata"].get("generation", 1)
-    node.store.touch(pod)
+    nodes.store.touch(pod)

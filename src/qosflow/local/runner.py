@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from qosflow.local.cgroups import CpuWeights
+from qosflow.local.probes import EXEC, ProbeAction, network_probe
 from qosflow.local.sandbox import (
     PRIVATE,
     SHARED,
@@ -45,6 +46,8 @@ from qosflow.local.sandbox import (
 )
 from qosflow.local.supervisor import (
     EXIT_FILE,
+    container_pid,
+    exec_command,
     kill_leftover,
     process_alive,
     process_start_ticks,
@@ -121,6 +124,10 @@ class PodProcess(Protocol):
         """Send SIGKILL to the container's whole process group."""
         ...
 
+    def probe(self, action: ProbeAction) -> bool:
+        """Run one probe handler against the container; True when it passes."""
+        ...
+
 
 class Runner(Protocol):
     """Starts pod containers (and finds them again after a restart)."""
@@ -168,6 +175,31 @@ def _threads_of_tree(pid: int) -> list[int]:
                 children = Path(f"/proc/{proc}/task/{tid}/children").read_text().split()
                 stack.extend(int(c) for c in children)
     return tids
+
+
+def probe_container(supervisor: int, action: ProbeAction) -> bool:
+    """Run a probe against the container of ``supervisor``: ``exec`` in its view, else the network.
+
+    An ``exec`` probe runs its command with the container's environment, root and working
+    directory (:func:`qosflow.local.shim.exec_in`), killed after ``timeoutSeconds``; it passes on
+    exit code 0.
+    """
+    if action.kind != EXEC:
+        return network_probe(action)
+    pid = container_pid(supervisor)
+    if pid is None or not action.command:
+        return False
+    try:
+        done = subprocess.run(
+            exec_command(pid, list(action.command)),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=action.timeout_s,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def pin_tree(pid: int, cores: tuple[int, ...]) -> None:
@@ -235,6 +267,10 @@ class LocalProcess:
             os.killpg(self._popen.pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(timeout=5)
+
+    def probe(self, action: ProbeAction) -> bool:
+        """Run a probe handler against the container (see :func:`probe_container`)."""
+        return self._popen.poll() is None and probe_container(self._popen.pid, action)
 
 
 class AdoptedProcess:
@@ -317,6 +353,10 @@ class AdoptedProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self._pid, signal.SIGKILL)
 
+    def probe(self, action: ProbeAction) -> bool:
+        """Run a probe handler against the container (see :func:`probe_container`)."""
+        return process_alive(self._pid, self._ticks) and probe_container(self._pid, action)
+
 
 @dataclass(frozen=True, slots=True)
 class ExitedProcess:
@@ -338,6 +378,10 @@ class ExitedProcess:
 
     def kill(self) -> None:
         """Nothing runs any more."""
+
+    def probe(self, action: ProbeAction) -> bool:
+        """Nothing runs any more: no probe passes."""
+        return False
 
 
 class ProcessRunner:

@@ -1,10 +1,10 @@
-"""Node selection for the one node: ``nodeSelector`` and required node affinity.
+"""Node selection: ``nodeSelector`` and required node affinity against one node's labels.
 
 As the scheduler's ``NodeAffinity`` filter does it: every ``nodeSelector`` label must be on the
 node with that value, and when ``affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution``
 is set, one of its ``nodeSelectorTerms`` must match (terms are ORed, the expressions of a term
-ANDed; a term with no expression matches nothing). Preferred affinity only ranks nodes, and the
-node has no taints, so tolerations never keep a pod away.
+ANDed; a term with no expression matches nothing). Preferred affinity only ranks nodes (the local
+cluster ignores it), and the nodes have no taints, so tolerations never keep a pod away.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from typing import Any
 
 from qosflow.local.store import Obj
 
-AFFINITY_MESSAGE = "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+AFFINITY_REASON = "node(s) didn't match Pod's node affinity/selector"
+"""The ``NodeAffinity`` filter's reason for one node (counted in the scheduler's message)."""
 
 
 def _integer(text: Any) -> int | None:

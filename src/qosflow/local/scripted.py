@@ -4,7 +4,9 @@ For fast deterministic tests the local cluster takes a :class:`ScriptedRunner`. 
 advances ``rate(cpus)`` steps per second of (virtual) time between polls, writes ``N/M`` to its
 ``ARGO_PROGRESS_FILE`` like a real trainer, exits 0 at ``M``, and on SIGTERM exits after
 ``term_exit_s`` seconds without further progress (a checkpoint), or ignores it when ``None`` so only
-the grace-period SIGKILL ends it.
+the grace-period SIGKILL ends it. Its readiness probes pass once it has run ``ready_after_s`` seconds
+(never when ``None``), whatever the probe's handler; a script that never ends (``total_steps`` and
+``rate`` such that it does not finish, say ``rate=lambda cpus: 0``) plays a daemon.
 The total ``M`` is taken from the script, else from the pod's ``QOSFLOW_TOTAL_STEPS`` variable or a
 ``--steps`` argument.
 """
@@ -17,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from qosflow.local.probes import ProbeAction
 from qosflow.local.runner import PodLaunch, PodProcess
 
 
@@ -36,6 +39,10 @@ class Script:
         term_exit_code: Exit code after SIGTERM.
         fail_at_step: Exit 1 when this step is reached, if set.
         start_step: Step to start from (a resumed segment).
+        ready_after_s: Seconds after its start from which its readiness probes pass (``None``:
+            never).
+        exit_at_s: Exit with ``exit_code_at`` this many seconds after the start, if set.
+        exit_code_at: Exit code at ``exit_at_s``.
     """
 
     total_steps: int | None = None
@@ -44,6 +51,9 @@ class Script:
     term_exit_code: int = 0
     fail_at_step: int | None = None
     start_step: int = 0
+    ready_after_s: float | None = 0.0
+    exit_at_s: float | None = None
+    exit_code_at: int = 0
 
 
 def _total_from(spec: PodLaunch, default: int = 100) -> int:
@@ -69,6 +79,7 @@ class ScriptedProcess:
         self.steps = float(script.start_step)
         self.cpus = spec.cpus
         self.cores = spec.cores
+        self.started = now
         self.last = now
         self.term_at: float | None = None
         self.exit_code: int | None = None
@@ -102,7 +113,10 @@ class ScriptedProcess:
         if not checkpointing:
             self.steps = min(float(self.total), self.steps + self.script.rate(self.cpus) * elapsed)
         fail = self.script.fail_at_step
-        if fail is not None and self.steps >= fail:
+        exit_at = self.script.exit_at_s
+        if exit_at is not None and now >= self.started + exit_at:
+            self.exit_code = self.script.exit_code_at
+        elif fail is not None and self.steps >= fail:
             self.steps = float(fail)
             self.exit_code = 1
         elif self.steps >= self.total:
@@ -134,6 +148,11 @@ class ScriptedProcess:
         if self.exit_code is None:
             self.exit_code = 137
 
+    def probe(self, action: ProbeAction) -> bool:
+        """Readiness by script: passes once it has run ``ready_after_s`` (virtual) seconds."""
+        wait = self.script.ready_after_s
+        return self.exit_code is None and wait is not None and self.last >= self.started + wait
+
 
 @dataclass
 class ScriptedRunner:
@@ -142,16 +161,20 @@ class ScriptedRunner:
     Attributes:
         default: Script of pods without a specific one.
         by_workflow: Scripts by workflow name.
+        select: Chooses the script of a pod from its launch (pod name, environment...) first;
+            ``None`` from it falls back to ``by_workflow``, then ``default``.
         launched: Every scripted pod started, by pod name (for assertions).
     """
 
     default: Script = field(default_factory=Script)
     by_workflow: Mapping[str, Script] = field(default_factory=dict)
+    select: Callable[[PodLaunch], Script | None] | None = None
     launched: dict[str, ScriptedProcess] = field(default_factory=dict)
 
     def launch(self, spec: PodLaunch, now: float) -> PodProcess:
         """Start a scripted pod at virtual time ``now``."""
-        script = self.by_workflow.get(spec.workflow, self.default)
+        chosen = self.select(spec) if self.select is not None else None
+        script = chosen or self.by_workflow.get(spec.workflow, self.default)
         process = ScriptedProcess(spec, script, now)
         self.launched[spec.pod] = process
         return process

@@ -37,6 +37,22 @@ META: Desc = {
 }
 PARAMETERS: Desc = ("list", {"name": "string", "value": "scalar", "default": "scalar"})
 RESOURCES: Desc = {"requests": ("map", "quantity"), "limits": ("map", "quantity")}
+PROBE: Desc = {
+    "exec": {"command": ("list", "string")},
+    "tcpSocket": {"port": "intstr", "host": "string"},
+    "httpGet": {
+        "path": "string",
+        "port": "intstr",
+        "host": "string",
+        "scheme": "string",
+        "httpHeaders": ("list", {"name": "string", "value": "string"}),
+    },
+    "initialDelaySeconds": "int32",
+    "timeoutSeconds": "int32",
+    "periodSeconds": "int32",
+    "successThreshold": "int32",
+    "failureThreshold": "int32",
+}
 CONTAINER: Desc = {
     "name": "string",
     "image": "string",
@@ -45,11 +61,20 @@ CONTAINER: Desc = {
     "env": ("list", {"name": "string", "value": "string"}),
     "resources": RESOURCES,
     "resizePolicy": ("list", {"resourceName": "string", "restartPolicy": "string"}),
+    "ports": ("list", {"name": "string", "containerPort": "int32", "protocol": "string"}),
+    "readinessProbe": PROBE,
 }
 ARGUMENTS: Desc = {"parameters": PARAMETERS}
-STEP: Desc = {"name": "string", "template": "string", "arguments": ARGUMENTS}
+STEP: Desc = {
+    "name": "string",
+    "template": "string",
+    "arguments": ARGUMENTS,
+    "withParam": "string",
+    "withSequence": {"count": "intstr", "start": "intstr", "end": "intstr", "format": "string"},
+}
 TEMPLATE: Desc = {
     "name": "string",
+    "daemon": "bool",
     "container": CONTAINER,
     "inputs": ARGUMENTS,
     "metadata": {"labels": _STRINGS, "annotations": _STRINGS},

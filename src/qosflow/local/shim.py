@@ -20,6 +20,12 @@ mount namespace (with a user namespace when not root) in which:
 * each volume's host folder is bind-mounted at its mount path (read-only when asked);
 * the container starts in its working directory (created when missing, as runtimes do).
 
+``python -I -S shim.py --exec <pid> <argv...>`` (:func:`qosflow.local.supervisor.exec_command`)
+runs a command in the view of the running container ``pid`` instead, as ``kubectl exec`` and the
+kubelet's ``exec`` probes do: it joins that process's user and mount namespaces (when they are not
+its own), its root and its working directory, and execs the command with the container's
+environment (:func:`enter_running`).
+
 This file runs with ``-I -S`` (no site-packages, no script directory on ``sys.path``), so it
 imports the standard library only.
 """
@@ -85,6 +91,15 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 def unshare(flags: int) -> None:
     """``unshare(2)``."""
     _check(_libc().unshare(ctypes.c_int(flags)), "unshare")
+
+
+def setns(path: str, nstype: int) -> None:
+    """``setns(2)`` into the namespace file ``path``."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_libc().setns(ctypes.c_int(fd), ctypes.c_int(nstype)), f"setns {path}")
+    finally:
+        os.close(fd)
 
 
 def _option(path: str) -> str:
@@ -252,6 +267,53 @@ def enter(box: dict[str, Any], cwd: str) -> None:
     os.chdir(cwd)
 
 
+def enter_running(pid: int) -> dict[str, str]:
+    """Join the view of the running process ``pid``; returns its environment.
+
+    Its user namespace (a sandbox made without root has one), its mount namespace, its root and
+    its working directory, each only when it is not already ours.
+
+    Raises:
+        OSError: The process is gone or a step is not allowed.
+    """
+    proc = f"/proc/{pid}"
+    with open(f"{proc}/environ", "rb") as handle:
+        raw = handle.read()
+    env = dict(
+        item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item
+    )
+    root = os.open(f"{proc}/root", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    cwd = os.open(f"{proc}/cwd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    for kind, flag in (("user", CLONE_NEWUSER), ("mnt", CLONE_NEWNS)):
+        if os.readlink(f"{proc}/ns/{kind}") != os.readlink(f"/proc/self/ns/{kind}"):
+            setns(f"{proc}/ns/{kind}", flag)
+    here = os.stat("/")
+    there = os.fstat(root)
+    if (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino):
+        os.fchdir(root)
+        os.chroot(".")
+    os.fchdir(cwd)
+    os.close(root)
+    os.close(cwd)
+    return env
+
+
+def exec_in(args: list[str]) -> None:
+    """``--exec <pid> <argv...>``: run ``argv`` in the view of the container ``pid`` (never returns)."""
+    try:
+        env = enter_running(int(args[0]))
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"cannot enter the container: {exc}\n")
+        sys.stderr.flush()
+        os._exit(126)
+    try:
+        os.execvpe(args[1], args[1:], env)
+    except (OSError, IndexError) as exc:
+        sys.stderr.write(f"exec {args[1:2]!r}: {exc}\n")
+        sys.stderr.flush()
+    os._exit(127)
+
+
 def _write_exit_code(exit_file: str, code: int) -> None:
     """Write the exit code atomically (a reader sees the old file or the whole new one)."""
     with contextlib.suppress(OSError):
@@ -317,4 +379,6 @@ def supervise(args: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--exec"]:
+        exec_in(sys.argv[2:])
     supervise(sys.argv[1:])

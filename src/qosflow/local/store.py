@@ -3,7 +3,8 @@
 One store serves both listeners (the Argo Server and the Kubernetes API share it, as they share
 etcd in a real cluster). Objects are kept by ``(kind, namespace, name)``; every write bumps one
 global ``resourceVersion``. Beside the objects it keeps the runtime records of pods and the hashes
-of the service-account tokens issued (:mod:`qosflow.local.tokens`). Each change is written to
+of the service-account tokens issued (:mod:`qosflow.local.tokens`), and a few counters that
+must never go back (the pod addresses handed out, :mod:`qosflow.local.addresses`). Each change is written to
 ``<state_dir>/state.json`` through a temporary file and ``os.replace``, so a crash leaves either the
 old or the new state, never a torn file.
 
@@ -69,6 +70,7 @@ class Store:
         self._rv = 0
         self.runtime: dict[str, dict[str, Any]] = {}
         self.tokens: dict[str, dict[str, Any]] = {}  # service-account token hash -> its record
+        self.counters: dict[str, int] = {}  # monotonic counters (pod addresses handed out)
         self._dirty = False
         self._save_lock = threading.Lock()
         state_dir.mkdir(parents=True, exist_ok=True)
@@ -158,6 +160,7 @@ class Store:
                 ],
                 "runtime": self.runtime,
                 "tokens": self.tokens,
+                "counters": self.counters,
             }
             text = json.dumps(state, separators=(",", ":"))
             self._dirty = False
@@ -198,6 +201,10 @@ class Store:
             str(k): v
             for k, v in (tokens if isinstance(tokens, dict) else {}).items()
             if isinstance(v, dict)
+        }
+        counters = state.get("counters")
+        self.counters = {
+            str(k): _int(v) for k, v in (counters if isinstance(counters, dict) else {}).items()
         }
         if self.quarantined:
             self._write_quarantine()

@@ -43,6 +43,23 @@ def shim_command(plan: Mapping[str, Any]) -> list[str]:
     return [sys.executable, "-I", "-S", str(Path(shim.__file__)), json.dumps(dict(plan))]
 
 
+def exec_command(pid: int, argv: list[str]) -> list[str]:
+    """The command that runs ``argv`` in the view of the running container ``pid``.
+
+    ``python -I -S <shim.py> --exec <pid> <argv...>`` (see :func:`qosflow.local.shim.exec_in`).
+    """
+    return [sys.executable, "-I", "-S", str(Path(shim.__file__)), "--exec", str(pid), *argv]
+
+
+def container_pid(supervisor: int) -> int | None:
+    """The container process of a supervisor (its only child), or ``None`` when it has none."""
+    try:
+        children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     """Fields of ``/proc/<pid>/stat`` after the command name (state first), or ``None``."""
     try:

@@ -8,6 +8,10 @@ into each template (:mod:`qosflow.local.spec_merge`); then ``{{workflow.paramete
 workflow-level fields that reach the pods (volumes, node selection, ``podSpecPatch``...). The
 result is a :class:`Plan`: groups of container steps run one group after the other (a ``steps`` template's
 step groups, a ``dag``'s dependency levels, or the single container of a container entrypoint).
+A step or task with ``withItems`` / ``withSequence`` fans out into one pod step per item
+(:mod:`qosflow.local.expansion`); a ``daemon: true`` template's step is a daemon
+(:mod:`qosflow.local.daemons`). ``{{steps.NAME.ip}}`` and the other variables of earlier steps are
+left in place: the controller fills them when it makes the pods.
 Names follow Argo's v2 pod naming: node id ``<wf>-<fnv32a(node name)>``, pod ``<wf>-<template>-<same
 hash>``, and the root node is named after the workflow. Planning checks every value the controller
 will parse later (:mod:`qosflow.local.admission`), so a workflow that plans can run.
@@ -16,16 +20,38 @@ will parse later (:mod:`qosflow.local.admission`), so a workflow that plans can 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from qosflow.local.admission import check_spec_literals, check_step, pod_spec_patch
+from qosflow.local.expansion import check_references, expand, scope_names
 from qosflow.local.names import field_name_problem
+from qosflow.local.pod_steps import (
+    Plan,
+    PodStep,
+    Skipped,
+    fnv32a,
+    node_id,
+    pod_name,
+    resolve_step,
+)
 from qosflow.local.spec_merge import TEMPLATE_TYPES, join_workflow_spec, merge_template_defaults
 from qosflow.local.status import ApiError, not_found
+
+__all__ = [
+    "Plan",
+    "PodStep",
+    "Skipped",
+    "effective_spec",
+    "fnv32a",
+    "lint",
+    "node_id",
+    "plan",
+    "pod_name",
+    "resolve_step",
+]
 
 Obj = dict[str, Any]
 TemplateLookup = Callable[[str], Obj | None]
@@ -60,85 +86,6 @@ TEMPLATE_POD_FIELDS = (
 )
 """Template-level fields that override the workflow's on the template's pods."""
 _VAR = re.compile(r"\{\{\s*([A-Za-z0-9_.\-]+)\s*\}\}")
-
-
-def fnv32a(text: str) -> int:
-    """The 32-bit FNV-1a hash Argo uses in node ids and pod names."""
-    value = 0x811C9DC5
-    for byte in text.encode("utf-8"):
-        value = ((value ^ byte) * 0x01000193) & 0xFFFFFFFF
-    return value
-
-
-def node_id(workflow: str, node_name: str) -> str:
-    """Argo node id: the workflow name for the root, else ``<wf>-<fnv32a(node name)>``."""
-    return workflow if node_name == workflow else f"{workflow}-{fnv32a(node_name)}"
-
-
-def pod_name(workflow: str, node_name: str, template: str) -> str:
-    """Argo v2 pod name: the workflow name for the root node, else ``<wf>-<template>-<hash>``."""
-    if node_name == workflow:
-        return workflow
-    prefix = f"{workflow}-{template}"[: 253 - 1 - 10]
-    return f"{prefix}-{fnv32a(node_name)}"
-
-
-@dataclass(frozen=True, slots=True)
-class PodStep:
-    """One container step = one pod.
-
-    Attributes:
-        group: Index of the group it runs in.
-        node_name: Argo node name (``wf``, ``wf[0].train`` or ``wf.train``).
-        node_id: Argo node id.
-        display_name: Node display name.
-        template: Template name.
-        pod: Pod name.
-        container: The resolved container (command, args, env, resources...).
-        metadata: The template's ``metadata`` (labels, annotations) after substitution.
-        retry: The template's ``retryStrategy``, or ``None``.
-        pod_spec_patches: The workflow's then the template's ``podSpecPatch`` (substituted), in
-            the order Argo applies them.
-        priority_class: The template's ``priorityClassName``, else the workflow's (substituted).
-        template_fields: The template's pod-level fields (:data:`TEMPLATE_POD_FIELDS`).
-        workflow_fields: The workflow's pod-level fields (:data:`WORKFLOW_POD_FIELDS`).
-    """
-
-    group: int
-    node_name: str
-    node_id: str
-    display_name: str
-    template: str
-    pod: str
-    container: Obj
-    metadata: Obj
-    retry: Obj | None = None
-    pod_spec_patches: tuple[str, ...] = ()
-    priority_class: str = ""
-    template_fields: Obj = dataclasses.field(default_factory=dict)
-    workflow_fields: Obj = dataclasses.field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """The pods of a workflow, in run order.
-
-    Attributes:
-        root_type: ``Pod`` (container entrypoint), ``Steps`` or ``DAG``.
-        entrypoint: The entrypoint template name.
-        groups: Groups of steps; a group starts when the previous one succeeded.
-        spec: The effective (merged, substituted) workflow spec.
-    """
-
-    root_type: str
-    entrypoint: str
-    groups: tuple[tuple[PodStep, ...], ...]
-    spec: Obj
-
-    @property
-    def steps(self) -> tuple[PodStep, ...]:
-        """Every pod step, group by group."""
-        return tuple(step for group in self.groups for step in group)
 
 
 def _named(item: Any, where: str) -> str:
@@ -256,8 +203,13 @@ class _Context:
     defaults: Obj | None
 
 
-def _container_step(template: Obj, inputs: Mapping[str, str], ctx: _Context, where: str) -> Obj:
-    """A container template (``templateDefaults`` merged in) with its parameters resolved."""
+def _container_step(
+    template: Obj, inputs: Mapping[str, str], ctx: _Context, where: str
+) -> tuple[Obj, tuple[tuple[str, str], ...]]:
+    """A container template (``templateDefaults`` merged in) with its parameters resolved.
+
+    Returns the template and its declared input parameters with their values.
+    """
     template = merge_template_defaults(template, ctx.defaults)
     if template.get("container") is None:
         raise ApiError(
@@ -275,10 +227,21 @@ def _container_step(template: Obj, inputs: Mapping[str, str], ctx: _Context, whe
         _substitute(template, variables, ("inputs.parameters.", "workflow.parameters."))
     )
     check_step(resolved, where)
-    return resolved
+    names = [_named(p, f"{where}.inputs.parameters") for p in declared]
+    return resolved, tuple((name, values[name]) for name in names)
 
 
-def _step(wf: str, group: int, node: str, display: str, tmpl: Obj, level: Obj) -> PodStep:
+def _step(
+    wf: str,
+    group: int,
+    node: str,
+    display: str,
+    tmpl: Obj,
+    level: Obj,
+    *,
+    step: str = "",
+    inputs: tuple[tuple[str, str], ...] = (),
+) -> PodStep:
     """Build a :class:`PodStep` (``{{pod.name}}`` resolved last).
 
     ``level`` holds the substituted workflow-level pod fields (:data:`WORKFLOW_POD_FIELDS`),
@@ -305,6 +268,9 @@ def _step(wf: str, group: int, node: str, display: str, tmpl: Obj, level: Obj) -
         ),
         template_fields={k: tmpl[k] for k in TEMPLATE_POD_FIELDS if tmpl.get(k) is not None},
         workflow_fields=level,
+        daemon=tmpl.get("daemon") is True,
+        step=step or display,
+        inputs=inputs,
     )
 
 
@@ -358,26 +324,66 @@ def plan(workflow: Obj, spec: Obj) -> Plan:
     entry = str(spec["entrypoint"])
     root = templates[entry]
     if root.get("container") is not None:
-        tmpl = _container_step(root, params, ctx, f"templates.{entry}")
-        return Plan("Pod", entry, ((_step(wf, 0, wf, wf, tmpl, level),),), spec)
-    groups: list[tuple[PodStep, ...]] = []
+        tmpl, inputs = _container_step(root, params, ctx, f"templates.{entry}")
+        step = _step(wf, 0, wf, wf, tmpl, level, inputs=inputs)
+        return Plan("Pod", entry, ((step,),), spec)
     if root.get("steps") is not None:
-        for index, group in enumerate(root["steps"]):
-            items = group if isinstance(group, list) else [group]
-            groups.append(tuple(_child(wf, index, f"{wf}[{index}].", i, ctx) for i in items))
-        return Plan("Steps", entry, tuple(groups), spec)
+        rows = [g if isinstance(g, list) else [g] for g in root["steps"]]
+        return _grouped(wf, ("Steps", entry), rows, ctx, spec)
     if root.get("dag") is not None:
         levels = _dag_levels(list(root["dag"].get("tasks") or []))
-        for index, tasks in enumerate(levels):
-            groups.append(tuple(_child(wf, index, f"{wf}.", t, ctx) for t in tasks))
-        return Plan("DAG", entry, tuple(groups), spec)
+        return _grouped(wf, ("DAG", entry), levels, ctx, spec)
     raise ApiError(
         400, f"templates.{entry}: the local cluster runs container, steps and dag entrypoints only"
     )
 
 
-def _child(wf: str, group: int, prefix: str, item: Obj, ctx: _Context) -> PodStep:
-    """The pod step of one ``steps`` item or ``dag`` task."""
+def _grouped(
+    wf: str, root: tuple[str, str], rows: list[list[Obj]], ctx: _Context, spec: Obj
+) -> Plan:
+    """The plan of a steps or dag entrypoint: its groups (levels), fanned out.
+
+    A step may use the variables of the steps of earlier groups only (``{{steps.x.ip}}`` of a
+    daemon), as Argo's validation checks it.
+    """
+    kind, entry = root
+    scope = "steps" if kind == "Steps" else "tasks"
+    groups: list[tuple[PodStep, ...]] = []
+    skipped: list[Skipped] = []
+    known: list[str] = []
+    for index, items in enumerate(rows):
+        prefix = f"{wf}[{index}]." if kind == "Steps" else f"{wf}."
+        group: list[PodStep] = []
+        for item in items:
+            where = f"templates.{entry}.{scope}[{index}].{_named(item, f'templates.{scope}')}"
+            check_references(item, known, f"templates.{entry}.{scope}")
+            steps, empty = _children(wf, (index, prefix), item, ctx, where)
+            for step in steps:
+                check_references(_pod_fields(step), known, f"templates.{step.template}:")
+            group.extend(steps)
+            skipped.extend(empty)
+        for item in items:
+            target = ctx.templates.get(str(item.get("template", ""))) or {}
+            daemon = target.get("daemon") is True
+            known += scope_names(scope, str(item["name"]), daemon=daemon)
+        groups.append(tuple(group))
+    return Plan(kind, entry, tuple(groups), spec, tuple(skipped))
+
+
+def _pod_fields(step: PodStep) -> Obj:
+    """What of a step reaches its pod (where run-time variables may still be)."""
+    return {
+        "container": step.container,
+        "metadata": step.metadata,
+        "patches": step.pod_spec_patches,
+    }
+
+
+def _children(
+    wf: str, at: tuple[int, str], item: Obj, ctx: _Context, where: str
+) -> tuple[list[PodStep], list[Skipped]]:
+    """The pod steps of one ``steps`` item or ``dag`` task (one per item when it fans out)."""
+    group, prefix = at
     name = _named(item, "templates.steps")
     problem = field_name_problem(name)
     if problem is not None:
@@ -385,6 +391,22 @@ def _child(wf: str, group: int, prefix: str, item: Obj, ctx: _Context) -> PodSte
     target = str(item.get("template", ""))
     if target not in ctx.templates:
         raise ApiError(400, f"templates.{name}.template '{target}' undefined")
+    item = dict(_substitute(item, ctx.base, ("workflow.parameters.",)))
+    expanded = expand(item, where)
+    if expanded is None:
+        return [_child(wf, (group, prefix), (name, name), item, ctx)], []
+    if not expanded:
+        return [], [Skipped(group, f"{prefix}{name}", name)]
+    return [_child(wf, (group, prefix), (child, name), one, ctx) for child, one in expanded], []
+
+
+def _child(
+    wf: str, at: tuple[int, str], names: tuple[str, str], item: Obj, ctx: _Context
+) -> PodStep:
+    """The pod step of one (expanded) step or task: ``names`` is (its name, the step's name)."""
+    group, prefix = at
+    name, step = names
+    target = str(item.get("template", ""))
     where = f"templates.{target}"
-    tmpl = _container_step(ctx.templates[target], _args_of(item, ctx.base), ctx, where)
-    return _step(wf, group, f"{prefix}{name}", name, tmpl, ctx.level)
+    tmpl, inputs = _container_step(ctx.templates[target], _args_of(item, ctx.base), ctx, where)
+    return _step(wf, group, f"{prefix}{name}", name, tmpl, ctx.level, step=step, inputs=inputs)

@@ -84,6 +84,7 @@ samples_table = Table(
     Column(
         "share", Float, nullable=True
     ),  # CPU share got over the interval before (qosflow.core.usage)
+    Column("pods", Integer, nullable=True),  # the units ran as pods × units/pod (null: 1 pod)
     UniqueConstraint("key", "unit", "time", "steps_done", "units", name="uq_qosflow_sample"),
     Index("ix_qosflow_samples_key_unit_time", "key", "unit", "time"),
 )
@@ -260,18 +261,19 @@ class HistoryStore:
 
     def _add_missing_columns(self) -> None:
         """Bring a database made by an older qosflow up to date (columns added since)."""
-        with self._tx() as conn:
-            have = {c["name"] for c in inspect(conn).get_columns("qosflow_samples")}
-        if "share" in have:
-            return
-        try:
-            with self._tx() as conn:
-                conn.exec_driver_sql("ALTER TABLE qosflow_samples ADD COLUMN share FLOAT")
-        except HistoryError:  # another process added it a moment ago
+        for column, kind in (("share", "FLOAT"), ("pods", "INTEGER")):
             with self._tx() as conn:
                 have = {c["name"] for c in inspect(conn).get_columns("qosflow_samples")}
-            if "share" not in have:
-                raise
+            if column in have:
+                continue
+            try:
+                with self._tx() as conn:
+                    conn.exec_driver_sql(f"ALTER TABLE qosflow_samples ADD COLUMN {column} {kind}")
+            except HistoryError:  # another process added it a moment ago
+                with self._tx() as conn:
+                    have = {c["name"] for c in inspect(conn).get_columns("qosflow_samples")}
+                if column not in have:
+                    raise
 
     @contextmanager
     def transaction(self, *, lock: str | None = None) -> Iterator[Connection]:
@@ -312,6 +314,7 @@ class HistoryStore:
                 "steps_done": s.steps_done,
                 "units": s.units,
                 "share": s.share,
+                "pods": s.pods,
             }
             for s in samples
         ]
@@ -344,7 +347,7 @@ class HistoryStore:
 
         t = samples_table.c
         query = (
-            select(t.time, t.steps_done, t.units, t.share)
+            select(t.time, t.steps_done, t.units, t.share, t.pods)
             .where(t.key == key, t.unit == unit)
             .order_by(t.id.desc())
             .limit(max(limit, 0))
@@ -352,7 +355,13 @@ class HistoryStore:
         with self._tx() as conn:
             rows = conn.execute(query).all()
         return [
-            ProgressSample(float(r[0]), int(r[1]), int(r[2]), None if r[3] is None else float(r[3]))
+            ProgressSample(
+                float(r[0]),
+                int(r[1]),
+                int(r[2]),
+                None if r[3] is None else float(r[3]),
+                int(r[4] or 1),
+            )
             for r in reversed(rows)
         ]
 
