@@ -3,9 +3,11 @@
 A rendezvous daemon (``python -m qosflow_trainer.rendezvous``) and launcher processes (``python -m
 qosflow_trainer.launch python -m qosflow_trainer --ddp``), each pinned to its own CPU so every rank
 runs one thread, as 1-CPU pods would. First one launcher trains at world size 1, then two train at
-world size 2, in the same run; the global batch is the same (1024 rows, width 256, float64), so
+world size 2, in the same run; the global batch is the same (4096 rows, width 256, float64), so
 two workers each do half of every step's arithmetic, plus one all-reduce of the gradients over
 loopback gloo. The rate is rank 0's, over ``WINDOW_S`` seconds after ``WARMUP_STEPS`` steps.
+The all-reduce costs the same whatever the batch, so a smaller batch scales worse: the same pair
+of runs at 1024 rows shows how much (``..._batch_1024``).
 
 The wall-clock speedup needs two otherwise idle CPUs: on a machine busy with other work (and
 Linux's autogroup scheduling) the ranks get a fraction of their CPUs whatever their pinning. Rank
@@ -15,8 +17,8 @@ worker saves when the load average is high.
 Needs PyTorch: ``make bench`` runs this script with torch layered over the locked environment (as
 ``make pytest-torch`` does); without it, it prints ``ddp_skipped: <why>`` and exits 0.
 
-Then the same job as qosflow ships it, on the local cluster (two 1-CPU nodes, the rendered
-``train-workers-cpu`` segments through :class:`qosflow_argo.ArgoCluster`): a ``unit: worker`` job
+Then a job of that model (batch 1024) as qosflow ships it, on the local cluster (two 1-CPU
+nodes, the rendered ``train-workers-cpu`` segments through :class:`qosflow_argo.ArgoCluster`): a ``unit: worker`` job
 starts on one worker pod, is stopped (SIGTERM: rank 0 checkpoints to the claim), and resubmitted
 at two pods of one worker, the way the pipeline's checkpoint-restart rescales it. The speed
 model is fitted from the progress both segments reported (sizes as pods × units, as the history
@@ -26,6 +28,7 @@ it had seen two), then from both (what it believes after).
 Prints ``key: value`` lines:
   ddp_steps_per_s_1_worker, ddp_steps_per_s_2_workers   rank 0's step rate (bare processes)
   ddp_speedup_1_to_2_workers                            the ratio (2 idle CPUs: close to 2)
+  ddp_speedup_1_to_2_workers_batch_1024                 the same at a quarter of the batch
   ddp_cpu_ms_per_step_1_worker, ..._2_workers           rank 0's CPU time per step (its share
                                                         of the arithmetic, plus the all-reduce)
   ddp_local_steps_per_s_1_worker, ..._2_workers         the job's rate on the local cluster
@@ -63,7 +66,7 @@ SIZES = {
     "QOSFLOW_WIDTH": "256",
     "QOSFLOW_DEPTH": "3",
     "QOSFLOW_INPUT_DIM": "256",
-    "QOSFLOW_BATCH_SIZE": "1024",
+    "QOSFLOW_BATCH_SIZE": "4096",
     "QOSFLOW_TOTAL_STEPS": "1000000",
     "QOSFLOW_CHECKPOINT_EVERY": "0",
     "QOSFLOW_LOG_EVERY": "1",
@@ -128,14 +131,15 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _rate(port: int, workers: int, checkpoints: Path) -> tuple[float, float]:
+def _rate(port: int, workers: int, checkpoints: Path, batch: int = 4096) -> tuple[float, float]:
     """Rank 0's steps per second and CPU ms per step, with ``workers`` launchers of 1 CPU each."""
     env = {
         **SIZES,
+        "QOSFLOW_BATCH_SIZE": str(batch),
         "QOSFLOW_NNODES": str(workers),
         "QOSFLOW_RDZV_ENDPOINT": f"127.0.0.1:{port}",
-        "QOSFLOW_RDZV_ID": f"bench-{workers}",
-        "QOSFLOW_CHECKPOINT_DIR": str(checkpoints / str(workers)),
+        "QOSFLOW_RDZV_ID": f"bench-{workers}-{batch}",
+        "QOSFLOW_CHECKPOINT_DIR": str(checkpoints / f"{workers}-{batch}"),
     }
     args = ["python", "-m", "qosflow_trainer", "--ddp"]
     pods = [
@@ -309,12 +313,14 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="ddp-bench-") as tmp:
             one, cpu_one = _rate(port, 1, Path(tmp))
             two, cpu_two = _rate(port, 2, Path(tmp))
+            small = _rate(port, 2, Path(tmp), 1024)[0] / _rate(port, 1, Path(tmp), 1024)[0]
     finally:
         daemon.stop()
         daemon.proc.wait(timeout=60)
     print(f"ddp_steps_per_s_1_worker: {one:.2f}")
     print(f"ddp_steps_per_s_2_workers: {two:.2f}")
     print(f"ddp_speedup_1_to_2_workers: {two / one:.2f}")
+    print(f"ddp_speedup_1_to_2_workers_batch_1024: {small:.2f}")
     print(f"ddp_cpu_ms_per_step_1_worker: {cpu_one:.1f}")
     print(f"ddp_cpu_ms_per_step_2_workers: {cpu_two:.1f}")
     for key, value in local_rescale().items():
