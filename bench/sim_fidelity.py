@@ -1,119 +1,213 @@
-"""Fidelity of our ``elasticflow`` and ``edf-elastic`` against ElasticFlow's own simulator.
+"""Fidelity of our ``elasticflow`` (and ``edf-elastic``) against ElasticFlow's own simulator.
 
-``fidelity_rows()`` runs every setting of ``shared/traces/elasticflow/REFERENCE.md`` and returns
-one row per (setting, policy): our ratio, the reference, the difference and our wall time. Run as a
-script it prints ``key: value`` lines (``ef_ratio_<setting>``, ``ef_ref_<setting>``,
-``ef_diff_<setting>``, ``edf_ratio_<setting>``, ..., ``ef_cluster01_wall_s`` and
-``ef_cluster01_speedup_vs_artifact``). Wall time is measured here, never inside the simulator.
+Two sets, both run through the CLI's own path (``qosflow.cli.simulate.run_policy``, so the figures
+are what ``qosflow simulate --policies elasticflow`` prints):
+
+* the settings of ``shared/traces/elasticflow/REFERENCE.md`` (``SETTINGS``), with the artifact's
+  per-job outcomes in ``tests/sim/fixtures/elasticflow_artifact/`` (its README says how they were
+  recorded);
+* the fidelity set, ``shared/traces/elasticflow/fidelity/`` (twelve traces with the artifact's
+  per-job outcomes).
+
+A job *agrees* when our admission flag (not refused) and our met flag both equal the artifact's.
+Run as a script it prints ``key: value`` lines: per reference setting ``ef_ratio_<s>``,
+``ef_ref_<s>``, ``ef_diff_<s>``, ``ef_agree_<s>``, ``ef_exact_ratio_<s>`` (``elasticflow-exact``:
+the same decisions on the exact engine), ``edf_ratio_<s>``, ...; per fidelity trace
+``ef_fid_ratio_<t>``, ``ef_fid_ref_<t>``, ``ef_fid_agree_<t>``, ``ef_fid_exact_ratio_<t>``; over
+both sets ``ef_fidelity_jobs_agree`` (share of jobs that agree), ``ef_fidelity_jobs`` and
+``ef_fidelity_max_abs_diff`` (largest per-trace ratio difference); and ``ef_cluster01_wall_s`` /
+``ef_cluster01_speedup_vs_artifact``. Wall time is measured here, never inside the simulator.
 """
 
 from __future__ import annotations
 
-import time
-from typing import Any, Literal
+import csv
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
-from qosflow.sim.engine import SimConfig, simulate
-from qosflow.sim.policies.edf_elastic import EdfElastic
-from qosflow.sim.policies.elasticflow import ElasticFlow
-from qosflow.sim.trace import elasticflow_dir, load_cluster_spec, load_throughputs, load_trace
+from qosflow.cli.simulate import load_workload, run_policy
+from qosflow.sim.metrics import JobOutcome
+from qosflow.sim.trace import elasticflow_dir
 
+HERE = Path(__file__).resolve().parent
+ARTIFACT_JOBS = HERE.parent / "tests/sim/fixtures/elasticflow_artifact"
 MS = "microsoft-elasticflow-traces/data/elasticflow-traces"
-# (setting, trace, cluster spec, GPU type, slot, ElasticFlow reference, EDF reference)
+# (setting, trace, cluster, GPU type, slot, ElasticFlow reference, EDF reference)
 SETTINGS: tuple[tuple[str, str, str, str, int, float, float], ...] = (
-    ("generated100", "generated/100jobs_1500lam.csv", "n16g8", "A100", 240, 1.00, 0.92),
-    ("195job", f"{MS}/195job.csv", "n16g8", "A100", 240, 146 / 195, 17 / 195),
-    ("cluster10", f"{MS}/cluster10.csv", "n32g8", "A100", 60, 250 / 260, 202 / 260),
+    ("generated100", "generated/100jobs_1500lam.csv", "16x8", "A100", 240, 1.00, 0.92),
+    ("195job", f"{MS}/195job.csv", "16x8", "A100", 240, 146 / 195, 17 / 195),
+    ("cluster10", f"{MS}/cluster10.csv", "32x8", "A100", 60, 250 / 260, 202 / 260),
     (
         "elasticVpollux_e",
         "pkusys-ElasticFlow/ElasticFlow/traces_for_ElasticFlow/elasticVpollux_e.csv",
-        "n16g4",
+        "16x4",
         "T4",
         60,
         142 / 195,
         23 / 195,
     ),
-    ("cluster01", f"{MS}/cluster01.csv", "n64g8", "A100", 60, 1352 / 1595, 298 / 1595),
+    ("cluster01", f"{MS}/cluster01.csv", "64x8", "A100", 60, 1352 / 1595, 298 / 1595),
 )
 ARTIFACT_CLUSTER01_WALL_S = 1345.0
-# ALGORITHM.md §4.2 (an instrumented copy of the artifact): refusals at admission, failed
-# admission events, refusals caused only by already-admitted jobs that fell behind, in how many
-# events.
-ARTIFACT_REFUSALS: dict[str, tuple[int, int, int, int]] = {
-    "elasticVpollux_e": (50, 26, 6, 5),
-    "cluster10": (9, 7, 7, 5),
-}
 
 
-def run_setting(setting: str, policy_name: str) -> dict[str, Any]:
-    """Run one REFERENCE.md setting with ``elasticflow`` or ``edf-elastic``."""
-    row = next(s for s in SETTINGS if s[0] == setting)
-    _, trace, spec, gpu, slot, ef_ref, edf_ref = row
-    table = load_throughputs(gpu)
-    jobs = load_trace(elasticflow_dir() / trace, table)
-    shape = load_cluster_spec(spec)
-    policy = ElasticFlow(table, slot=slot) if policy_name == "elasticflow" else EdfElastic()
-    # ElasticFlow's own simulator: its end events and its accounting (planned finish of the last
-    # re-planning); EDF's completion there is exact, so it runs on the exact engine.
-    completion: Literal["exact", "artifact"] = (
-        "artifact" if policy_name == "elasticflow" else "exact"
-    )
-    config = SimConfig(
-        capacity=shape.total, node_size=shape.gpus_per_node, slot=slot, completion=completion
-    )
-    start = time.perf_counter()
-    result = simulate(jobs, table, policy, config)
-    wall = time.perf_counter() - start
-    ref = ef_ref if policy_name == "elasticflow" else edf_ref
-    ours = result.planned_ratio if policy_name == "elasticflow" else result.ratio
-    return {
-        "setting": setting,
-        "policy": policy_name,
-        "ours": ours,
-        "ours_realised": result.ratio,
-        "rejected": sum(o.rejected for o in result.outcomes),
-        "refusals": dict(policy.refusals) if isinstance(policy, ElasticFlow) else {},
-        "reference": ref,
-        "diff": ours - ref,
-        "wall_s": wall,
-    }
+@dataclass(frozen=True, slots=True)
+class Compared:
+    """One trace: our ``elasticflow`` against the artifact, job by job.
 
-
-def fidelity_rows(settings: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
-    """Every REFERENCE.md setting with ``elasticflow`` and ``edf-elastic``.
-
-    ``elasticflow`` runs with the engine's ``completion="artifact"`` (ElasticFlow's end events) and
-    ``ours`` is ElasticFlow's own accounting (admitted jobs whose last planned finish met the
-    deadline, as the artifact counts); ``ours_realised`` is the realised ratio (completion <=
-    deadline). ``edf-elastic`` runs on the exact engine; both figures coincide.
+    Attributes:
+        name: Setting or fidelity trace name.
+        ratio: Our ratio (``elasticflow``, the artifact's timekeeping).
+        reference: The artifact's ratio.
+        agree: Jobs whose admission and met flags both equal the artifact's.
+        jobs: Jobs compared.
+        rejected: Jobs we refused.
+        wall_s: Our wall time.
     """
-    names = settings or tuple(s[0] for s in SETTINGS)
-    return [run_setting(s, p) for s in names for p in ("elasticflow", "edf-elastic")]
+
+    name: str
+    ratio: float
+    reference: float
+    agree: int
+    jobs: int
+    rejected: int
+    wall_s: float
+
+    @property
+    def diff(self) -> float:
+        """Our ratio minus the artifact's."""
+        return self.ratio - self.reference
+
+
+def artifact_flags(path: Path) -> dict[str, tuple[bool, bool]]:
+    """The artifact's ``(admitted, met)`` per job id from a ``*_jobs.csv`` file."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        return {
+            r["job_id"]: (r["admitted"] == "1", r["met"] == "1") for r in csv.DictReader(handle)
+        }
+
+
+def agreement(outcomes: tuple[JobOutcome, ...], flags: dict[str, tuple[bool, bool]]) -> int:
+    """Deadline jobs whose admission and met flags both equal the artifact's."""
+    return sum((not o.rejected, o.met) == flags[o.job_id] for o in outcomes if not o.best_effort)
+
+
+def compare(
+    name: str,
+    trace: Path,
+    cluster: str,
+    gpu: str,
+    slot: int,
+    artifact: Path,
+    published: float | None = None,
+) -> Compared:
+    """Run ``elasticflow`` on one trace and compare it with the artifact's per-job file.
+
+    Without that file (``published``: the artifact's ratio from REFERENCE.md), only the ratio is
+    compared and no job counts towards the agreement.
+    """
+    w = load_workload(str(trace), cluster, gpu, 1)
+    run = run_policy(
+        w, "elasticflow", slot=slot, speeds="oracle", seed=1, sigma=0.0, bound=None, timing=True
+    )
+    if not artifact.is_file() and published is not None:
+        rejected = sum(o.rejected for o in run.outcomes)
+        return Compared(name, run.metrics.ratio, published, 0, 0, rejected, run.metrics.wall_s)
+    flags = artifact_flags(artifact)
+    deadline_flags = [
+        f for o, f in ((o, flags[o.job_id]) for o in run.outcomes) if not o.best_effort
+    ]
+    reference = sum(met for _, met in deadline_flags) / max(len(deadline_flags), 1)
+    return Compared(
+        name,
+        run.metrics.ratio,
+        reference,
+        agreement(run.outcomes, flags),
+        len(deadline_flags),
+        sum(o.rejected for o in run.outcomes),
+        run.metrics.wall_s,
+    )
+
+
+def ratio_of(policy: str, trace: Path, cluster: str, gpu: str, slot: int) -> float:
+    """The ratio of another policy (``elasticflow-exact``, ``edf-elastic``) on one trace."""
+    w = load_workload(str(trace), cluster, gpu, 1)
+    run = run_policy(
+        w, policy, slot=slot, speeds="oracle", seed=1, sigma=0.0, bound=None, timing=False
+    )
+    return run.metrics.ratio
+
+
+def fidelity_set() -> Iterator[tuple[str, Path, str, int]]:
+    """The fidelity traces: (name, trace, cluster ``NxG``, slot), from its ``summary.csv``."""
+    root = elasticflow_dir() / "fidelity"
+    with (root / "summary.csv").open(newline="", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            nodes, _, per_node = row["cluster"].removeprefix("n").partition("g")
+            yield (
+                row["trace"],
+                root / "traces" / f"{row['trace']}.csv",
+                f"{nodes}x{per_node}",
+                int(row["slot"]),
+            )
+
+
+def say(key: str, value: object) -> None:
+    """Print one ``key: value`` line, flushed."""
+    print(f"{key}: {value}", flush=True)
+
+
+def reference_settings() -> list[Compared]:
+    """Every REFERENCE.md setting: ``elasticflow``, ``elasticflow-exact`` and ``edf-elastic``."""
+    out = []
+    for s, trace, cluster, gpu, slot, ef_ref, edf_ref in SETTINGS:
+        path = elasticflow_dir() / trace
+        c = compare(s, path, cluster, gpu, slot, ARTIFACT_JOBS / f"{s}_jobs.csv", ef_ref)
+        out.append(c)
+        say(f"ef_ratio_{s}", f"{c.ratio:.4f}")
+        say(f"ef_ref_{s}", f"{c.reference:.4f}")
+        say(f"ef_diff_{s}", f"{c.diff:+.4f}")
+        say(f"ef_agree_{s}", f"{c.agree}/{c.jobs}" if c.jobs else "per-job outcomes not recorded")
+        say(f"ef_rejected_{s}", c.rejected)
+        say(f"ef_wall_s_{s}", f"{c.wall_s:.1f}")
+        say(f"ef_exact_ratio_{s}", f"{ratio_of('elasticflow-exact', path, cluster, gpu, slot):.4f}")
+        edf = ratio_of("edf-elastic", path, cluster, gpu, slot)
+        say(f"edf_ratio_{s}", f"{edf:.4f}")
+        say(f"edf_ref_{s}", f"{edf_ref:.4f}")
+        say(f"edf_diff_{s}", f"{edf - edf_ref:+.4f}")
+        if s == "cluster01":
+            say("ef_cluster01_wall_s", f"{c.wall_s:.1f}")
+            say("ef_cluster01_speedup_vs_artifact", f"{ARTIFACT_CLUSTER01_WALL_S / c.wall_s:.1f}")
+    return out
+
+
+def fidelity_traces() -> list[Compared]:
+    """The twelve traces of the fidelity set: ``elasticflow`` and ``elasticflow-exact``."""
+    out = []
+    artifact = elasticflow_dir() / "fidelity" / "artifact"
+    for t, path, cluster, slot in fidelity_set():
+        c = compare(t, path, cluster, "A100", slot, artifact / f"{t}_jobs.csv")
+        out.append(c)
+        say(f"ef_fid_ratio_{t}", f"{c.ratio:.4f}")
+        say(f"ef_fid_ref_{t}", f"{c.reference:.4f}")
+        say(f"ef_fid_agree_{t}", f"{c.agree}/{c.jobs}")
+        say(
+            f"ef_fid_exact_ratio_{t}",
+            f"{ratio_of('elasticflow-exact', path, cluster, 'A100', slot):.4f}",
+        )
+    return out
 
 
 def main() -> None:
     """Print the fidelity figures as ``key: value`` lines."""
-    for row in fidelity_rows():
-        prefix = "ef" if row["policy"] == "elasticflow" else "edf"
-        s = row["setting"]
-        print(f"{prefix}_ratio_{s}: {row['ours']:.4f}")
-        print(f"{prefix}_ratio_realised_{s}: {row['ours_realised']:.4f}")
-        print(f"{prefix}_rejected_{s}: {row['rejected']}")
-        print(f"{prefix}_ref_{s}: {row['reference']:.4f}")
-        print(f"{prefix}_diff_{s}: {row['diff']:+.4f}")
-        print(f"{prefix}_wall_s_{s}: {row['wall_s']:.1f}")
-        if row["refusals"]:
-            r = row["refusals"]
-            print(f"ef_failed_admissions_{s}: {r['failed_events']}")
-            collateral = f"{r['collateral_refused']} in {r['collateral_events']} events"
-            print(f"ef_collateral_refusals_{s}: {collateral}")
-        if prefix == "ef" and s in ARTIFACT_REFUSALS:
-            refused, failed, coll, events = ARTIFACT_REFUSALS[s]
-            print(f"ef_artifact_refusals_{s}: {refused} ({failed} failed events)")
-            print(f"ef_artifact_collateral_refusals_{s}: {coll} in {events} events")
-        if s == "cluster01" and prefix == "ef":
-            print(f"ef_cluster01_wall_s: {row['wall_s']:.1f}")
-            speedup = ARTIFACT_CLUSTER01_WALL_S / row["wall_s"]
-            print(f"ef_cluster01_speedup_vs_artifact: {speedup:.1f}")
+    rows = fidelity_traces() + reference_settings()
+    agree, jobs = sum(c.agree for c in rows), sum(c.jobs for c in rows)
+    say("ef_fidelity_jobs_agree", f"{agree / jobs:.4f}")
+    say("ef_fidelity_jobs", f"{agree}/{jobs} in {len(rows)} traces")
+    worst = max(rows, key=lambda c: abs(c.diff))
+    say("ef_fidelity_max_abs_diff", f"{abs(worst.diff):.4f}")
+    say("ef_fidelity_max_abs_diff_trace", worst.name)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from rich.table import Table
 
 from qosflow.core.errors import SpecError
 from qosflow.core.predict import Calibration
+from qosflow.core.words import duration
 from qosflow.sim import metrics as m
 from qosflow.sim.bound import BoundJob, UpperBound, upper_bound
 from qosflow.sim.policy import (
@@ -49,16 +50,18 @@ from qosflow.sim.report import PolicyRun, write_all
 from qosflow.sim.trace import ClusterShape, ThroughputTable, TraceJob, load_throughputs, load_trace
 from qosflow.sim.workload import generate, parse_knobs, seed_table
 
-DEFAULT_POLICIES = "k8s-default,edf-elastic,xing19,elasticflow,qosflow"
+DEFAULT_POLICIES = "k8s-default,edf-elastic,xing19,elasticflow,elasticflow-exact,qosflow"
 # name -> (module under qosflow.sim.policies, factory name)
 REGISTRY: dict[str, tuple[str, str]] = {
     "k8s-default": ("k8s_default", "K8sDefault"),
     "edf-elastic": ("edf_elastic", "EdfElastic"),
     "elasticflow": ("elasticflow", "ElasticFlow"),
+    "elasticflow-exact": ("elasticflow", "ElasticFlowExact"),
     "xing19": ("xing19", "Xing19Policy"),
     "qosflow": ("qosflow_policy", "QosflowPolicy"),
 }
 OWN_CALIBRATED = {"xing19", "qosflow"}
+TABLE_AWARE = {"elasticflow", "elasticflow-exact"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,17 +104,19 @@ def bound_jobs(w: Workload) -> list[BoundJob]:
 def make_policy(name: str, *, speeds: str, table: ThroughputTable, slot: int) -> Policy:
     """Instantiate a policy by name.
 
-    ``elasticflow`` gets the trace's table (its per-model caps) and the slot (its overhead's
-    restart period). Ours (``qosflow``, ``xing19``) are charged ElasticFlow's overhead model, the
-    same environment as the ``elasticflow`` row, and ``qosflow`` also the latency of the Airflow
-    steps that ship it (:class:`~qosflow.sim.policy.StepLatency`, per size change); with learned
-    speeds they plan on conservative speeds (the core's default conformal inflation).
+    ``elasticflow`` and ``elasticflow-exact`` get the trace's table (their per-model caps) and
+    the slot (their overhead's restart period); ``elasticflow`` also brings the artifact's
+    timekeeping (its ``completion``), ``elasticflow-exact`` runs on the exact engine. Ours
+    (``qosflow``, ``xing19``) are charged ElasticFlow's overhead model, the same environment as
+    the ``elasticflow`` rows, and ``qosflow`` also the latency of the Airflow steps that ship it
+    (:class:`~qosflow.sim.policy.StepLatency`, per size change); with learned speeds they plan
+    on conservative speeds (the core's default conformal inflation).
     """
     if name not in REGISTRY:
         raise SpecError("--policies", f"unknown policy {name!r} (one of {', '.join(REGISTRY)})")
     module, cls = REGISTRY[name]
     factory = getattr(importlib.import_module(f"qosflow.sim.policies.{module}"), cls)
-    if name == "elasticflow":
+    if name in TABLE_AWARE:
         return factory(table=table, slot=slot)  # type: ignore[no-any-return]
     if name in OWN_CALIBRATED:
         from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
@@ -150,6 +155,7 @@ class _Metered:
     def __init__(self, inner: Policy, overhead: OverheadModel | None) -> None:
         self.inner = inner
         self.name = inner.name
+        self.completion = getattr(inner, "completion", "exact")  # the policy's timekeeping
         self.model = overhead if overhead is not None else inner.overhead
         self.overhead: OverheadModel = self
         self.cpu_s = 0.0
@@ -329,9 +335,8 @@ def simulate_cmd(args: argparse.Namespace) -> int:
                 )
             )
             progress.advance(task)
-    title = (
-        f"{w.label} on {w.shape.nodes}x{w.shape.gpus_per_node}, slot {args.slot} s, {args.speeds}"
-    )
+    slot = duration(args.slot)
+    title = f"{w.label} on {w.shape.nodes}x{w.shape.gpus_per_node}, slot {slot}, {args.speeds}"
     files = _write(runs, out, w, ub, title)
     _print_table(console, runs, title)
     if ub is not None:
@@ -367,7 +372,7 @@ def bound_cmd(args: argparse.Namespace) -> int:
     console.print(f"feasible in isolation: {ub.feasible_in_isolation}")
     console.print(
         f"upper bound: {ub.value} "
-        f"({'sufficient' if ub.sufficient else 'insufficient'} resources; {wall:.1f} s)"
+        f"({'sufficient' if ub.sufficient else 'insufficient'} resources; {duration(wall)})"
     )
     return 0
 

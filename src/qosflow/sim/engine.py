@@ -24,7 +24,7 @@ import numpy as np
 
 from qosflow.core.errors import ClusterError
 from qosflow.sim.placement import buddy_place
-from qosflow.sim.policy import JobView, OverheadModel, Placed, Policy, SlotSnapshot
+from qosflow.sim.policy import Completion, JobView, OverheadModel, Placed, Policy, SlotSnapshot
 from qosflow.sim.trace import ThroughputTable, TraceJob
 from qosflow.sim.truth import Belief, LearnedBelief, Noise, OracleBelief, Truth
 
@@ -48,8 +48,10 @@ class SimConfig:
             and the next decision releases its units. ``artifact`` — ElasticFlow's simulator:
             the scheduler learns of a completion at the end of the slot it falls in (counted from
             the decision that set the job's size) plus the overhead, credits progress only up to
-            the policy's planned finish, and ends a job at that notice even if a few iterations
-            (lost to overhead) remain; use it with ``SimResult.planned_ratio``.
+            the policy's planned finish, ends a job at that notice even if a few iterations
+            (lost to overhead) remain, and records as its finish the planned finish of its last
+            plan (the artifact's ``real_end_time``, what it counts). ``None`` (the default): the
+            policy's own (its ``completion`` attribute; ``exact`` when it has none).
     """
 
     capacity: int
@@ -59,7 +61,7 @@ class SimConfig:
     speeds: SpeedsMode = "oracle"
     noise: Noise = field(default_factory=Noise)
     overhead: OverheadModel | None = None
-    completion: Literal["exact", "artifact"] = "exact"
+    completion: Completion | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +72,8 @@ class JobOutcome:
         job_id: Trace id.
         deadline: Absolute deadline (``inf`` for best effort).
         best_effort: True when the job has no deadline.
-        finish: Completion time (integer seconds), ``None`` if it never finished.
+        finish: Completion time (integer seconds), ``None`` if it never finished; with
+            ``completion="artifact"`` the artifact's own (its last plan's real end).
         rejected: Refused by the policy.
         admitted: Guaranteed by the policy at some point.
         started: First time it held units, ``None`` if never.
@@ -181,6 +184,10 @@ class _Run:
             else OracleBelief(truth)
         )
         self.overhead = cfg.overhead if cfg.overhead is not None else policy.overhead
+        completion = cfg.completion or getattr(policy, "completion", "exact")
+        if completion not in ("exact", "artifact"):
+            raise ClusterError(f"completion must be exact or artifact (got {completion!r})")
+        self.artifact = completion == "artifact"
         self.heap: list[tuple[int, int, int, str, int]] = []
         self.seq = 0
         self.live: dict[str, _Live] = {}
@@ -235,7 +242,7 @@ class _Run:
 
     def advance(self, now: int, to: int) -> None:
         """Run every job from ``now`` to ``to``; record completions."""
-        artifact = self.cfg.completion == "artifact"
+        artifact = self.artifact
         for job_id, lv in list(self.live.items()):
             if lv.units == 0:
                 continue
@@ -258,11 +265,14 @@ class _Run:
                 lv.overhead = 0
 
     def finish(self, job_id: str, lv: _Live, at: int | None, rejected: bool = False) -> None:
+        recorded = at
+        if self.artifact and at is not None and lv.planned is not None:
+            recorded = math.ceil(lv.planned)  # the artifact counts its last plan's real end
         self.outcomes[job_id] = JobOutcome(
             job_id=job_id,
             deadline=lv.job.deadline,
             best_effort=lv.job.best_effort,
-            finish=at,
+            finish=recorded,
             rejected=rejected,
             admitted=lv.admitted,
             started=lv.started,
@@ -322,7 +332,7 @@ class _Run:
         self.apply(now, decision.allocation)
         if decision.wake_at is not None and decision.wake_at > now:
             first = self.next_event()
-            if self.cfg.completion == "artifact":
+            if self.artifact:
                 # ElasticFlow compares with end events before it adds this decision's overhead.
                 ends = [lv.notice - lv.overhead for lv in self.live.values() if lv.units]
                 first = min([*ends, *([first] if first is not None else [])], default=None)
@@ -369,7 +379,7 @@ class _Run:
             lv.samples.append((float(now), lv.done, units))
             left = lv.job.iterations - lv.done
             run = math.ceil(left / lv.rate - 1e-9)
-            if self.cfg.completion == "artifact":
+            if self.artifact:
                 run = -(-run // self.cfg.slot) * self.cfg.slot
             due = now + lv.overhead + run
             lv.notice = due

@@ -18,6 +18,10 @@ The :class:`SlotSnapshot` is frozen: the time, the cluster size, the jobs that a
 last decision, and every active job (admitted or waiting) with its progress and the speeds the
 policy is allowed to *believe* (oracle tables or fitted models, never the noisy truth).
 
+A policy may also name the simulator's timekeeping it was written for, as a ``completion``
+attribute (``"exact"``, the default when it has none, or ``"artifact"``: ElasticFlow's end events
+and accounting, see :class:`qosflow.sim.engine.SimConfig`); ``SimConfig.completion`` overrides it.
+
 The policy answers with a :class:`SlotDecision`: units per job from now on (jobs left out get 0
 and wait), jobs it refuses (they leave the system and count as deadline misses), jobs it
 guarantees (for the guarantee-violation metric), and optionally when it wants to decide again.
@@ -30,7 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
+
+Completion = Literal["exact", "artifact"]
+"""The simulator's timekeeping: exact completions, or ElasticFlow's (``SimConfig.completion``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,32 +199,36 @@ class _Planner:
         return None
 
     def mss(self, start: int, assigned: int | None = None) -> Plan:
-        """Minimum satisfactory share from ``start`` (backward test, forward reservation)."""
-        job, keys, vals, aligned = self.job, self.keys, self.vals, self.aligned
-        quota, last_q, last_last = job.above(0), 0, 0
+        """Minimum satisfactory share from ``start`` (backward test, forward reservation).
+
+        The backward test of one cap reads, per segment from the deadline down, its duration
+        (to the true deadline for the last one) and the GPUs it would get, ``min(cap, largest
+        level that fits)``; neither the durations nor the largest fitting levels depend on the
+        cap, so they are read once and every cap walks the same list.
+        """
+        job, keys, vals, aligned, ddl = self.job, self.keys, self.vals, self.aligned, self.ddl
         top = bisect_left(keys, aligned)
         bottom = bisect_left(keys, start)
         filled = dict.fromkeys(keys[:top], 0)
         filled.update(self.allocs)
         self.allocs = filled
-        speed = job.speed
-        while quota <= self.n and quota <= job.cap:
-            period_end, acc = aligned, 0.0
-            for i in range(top - 1, bottom - 1, -1):
+        below, speed, left = job.below, job.speed, self.left
+        segments: list[tuple[int, float, int]] = []  # (start, duration, largest level that fits)
+        for i in range(top - 1, bottom - 1, -1):
+            fit = below(vals[i])
+            if fit:
                 p = keys[i]
-                alloc = quota if vals[i] >= quota else min(quota, job.below(vals[i]))
-                if alloc == 0:
-                    period_end = p
-                    continue
-                duration = (self.ddl - p) if period_end == aligned else (period_end - p)
-                acc += duration * speed[alloc]
-                if acc >= self.left:
-                    return self.forward(start, p, quota, last_q)
-                period_end = p
-            last_last, last_q = last_q, quota
-            quota = job.above(quota)
-            if quota == last_q:
+                segments.append((p, (ddl - p) if i == top - 1 else (keys[i + 1] - p), fit))
+        last_q, last_last = 0, 0
+        for quota in job.levels:
+            if quota > self.n or quota > job.cap:
                 break
+            acc = 0.0
+            for p, duration, fit in segments:
+                acc += duration * speed[quota if fit >= quota else fit]
+                if acc >= left:
+                    return self.forward(start, p, quota, last_q)
+            last_last, last_q = last_q, quota
         return self.fail(start, last_q, last_last, assigned)
 
     def forward(self, start: int, point: int, quota: int, last_q: int) -> Plan:

@@ -1,5 +1,14 @@
 """``elasticflow`` — ElasticFlow (ASPLOS'23) as its artifact simulates it (``ALGORITHM.md`` §5).
 
+Two names, one algorithm. :class:`ElasticFlow` (``elasticflow``) also keeps the artifact's
+timekeeping (``completion = "artifact"``, see :class:`qosflow.sim.engine.SimConfig`): a planned
+finish that leaves out the overhead charged at the same decision, progress credited only up to it,
+a job ended only at its slot-aligned end event, and the artifact's count (a job meets its deadline
+when its last planned finish does). Jobs left a few iterations short then hold GPUs past their
+deadlines and, while infeasible, make every arriving job fail admission: the artifact's numbers,
+job by job. :class:`ElasticFlowExact` (``elasticflow-exact``) runs the same decisions on the exact
+engine (completion when the iterations are done; met when that is by the deadline).
+
 At every decision: every admitted unfinished job is re-planned from scratch in deadline order with
 the minimum satisfactory share (:mod:`.ef_plan`). When jobs arrived, the newcomers are planned
 together with them; if any job of the whole set is infeasible, every deadline newcomer of the
@@ -19,6 +28,7 @@ import sys
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
+from qosflow.sim.policies.ef_overhead import ElasticFlowOverhead as ElasticFlowOverhead
 from qosflow.sim.policies.ef_plan import (
     JobCurve,
     Plan,
@@ -28,130 +38,10 @@ from qosflow.sim.policies.ef_plan import (
     plan,
     value_at,
 )
-from qosflow.sim.policy import JobView, Placed, SlotDecision, SlotSnapshot
+from qosflow.sim.policy import Completion, JobView, SlotDecision, SlotSnapshot
 from qosflow.sim.trace import ThroughputTable
 
 BIG = sys.maxsize
-
-
-_CLASSES = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 88, 128, 256)
-
-
-@dataclass(slots=True)
-class _NodeSet:
-    nodes: list[int]
-    capacity: int
-    util: int
-    jobs: list[tuple[str, int]]
-
-
-def _reclass(groups: dict[int, list[_NodeSet]], ns: _NodeSet, node_size: int, home: int) -> None:
-    """File a node set under the largest class dividing its free GPUs (the artifact's rule)."""
-    free = len(ns.nodes) * node_size - ns.util
-    target = home
-    if free > 0:
-        target = next(c for c in sorted(_CLASSES, reverse=True) if c <= free and free % c == 0)
-    groups[target].append(ns)
-    groups[home].sort(key=lambda g: g.util)
-    groups[target].sort(key=lambda g: g.util)
-
-
-def _fit(groups: dict[int, list[_NodeSet]], cls: int, job: tuple[str, int], size: int) -> bool:
-    """Try the first node set of one class (the artifact pops only the first)."""
-    if not groups[cls]:
-        return False
-    ns = groups[cls].pop(0)
-    if ns.util + job[1] > ns.capacity:
-        groups[cls].append(ns)
-        return False
-    ns.util += job[1]
-    ns.jobs.append(job)
-    _reclass(groups, ns, size, job[1])
-    return True
-
-
-def artifact_ranks(
-    sizes: tuple[tuple[str, int], ...], *, nodes: int, node_size: int
-) -> dict[str, int]:
-    """First GPU rank of each job under the artifact's elastic placement (node classes).
-
-    The artifact re-places every job from scratch at each decision, largest first, into node sets
-    kept in classes by their free GPUs; the rank of a job is its position when the nodes are read
-    in order (its ``scheduling_result``). Its overhead cache is keyed by these rank sets.
-    """
-    free_nodes = list(range(nodes))
-    groups: dict[int, list[_NodeSet]] = {c: [] for c in _CLASSES}
-    for job in sizes:
-        k = job[1]
-        if _fit(groups, k, job, node_size):
-            continue
-        if any(_fit(groups, c, job, node_size) for c in reversed(_CLASSES) if c > k):
-            continue
-        want = max(1, math.ceil(k / node_size))
-        if want > len(free_nodes):
-            continue
-        taken, free_nodes = free_nodes[:want], free_nodes[want:]
-        _reclass(groups, _NodeSet(taken, want * node_size, k, [job]), node_size, k)
-    return _read_ranks(groups, nodes, node_size)
-
-
-def _read_ranks(groups: dict[int, list[_NodeSet]], nodes: int, node_size: int) -> dict[str, int]:
-    """Read nodes in order, jobs in placement order (the artifact's ``scheduling_result``)."""
-    owner: dict[int, _NodeSet] = {}
-    for c in _CLASSES:
-        for ns in groups[c]:
-            for n in ns.nodes:
-                owner.setdefault(n, ns)
-    ranks: dict[str, int] = {}
-    for n in range(nodes):
-        found = owner.get(n)
-        if found is None:
-            continue
-        ns, pos = found, n * node_size
-        for job_id, k in ns.jobs:
-            ranks.setdefault(job_id, pos)
-            pos += k if len(ns.nodes) == 1 else 0
-    return ranks
-
-
-class ElasticFlowOverhead:
-    """The artifact's per-decision overhead (``ALGORITHM.md`` §5.6).
-
-    Every running job loses 2 s (7 s on >= 256 GPUs) when its GPU rank set was seen before, else
-    ``2 + 2 (log2 k + 1)`` s, plus 27 s (+20 s on >= 256 GPUs) on a restart decision (every
-    ``slot``-th decision, when the rank-set cache is also cleared).
-    """
-
-    def __init__(self, slot: int, node_size: int = 8) -> None:
-        """Overhead for a run with this slot (the artifact reuses the slot as restart period)."""
-        self.slot, self.node_size = slot, node_size
-        self._seen: set[tuple[int, int]] = set()
-
-    def reset(self) -> None:
-        """Forget the rank sets seen (start of a run)."""
-        self._seen = set()
-
-    def charge(self, placed: tuple[Placed, ...], *, decision: int, capacity: int) -> dict[str, int]:
-        """Overhead in seconds per running job."""
-        big = capacity >= 256
-        base = 7 if big else 2
-        restart = decision > 0 and decision % self.slot == 0
-        out: dict[str, int] = {}
-        nodes = max(1, capacity // self.node_size)
-        ranks = artifact_ranks(
-            tuple((p.job_id, p.units) for p in placed), nodes=nodes, node_size=self.node_size
-        )
-        for p in sorted(placed, key=lambda q: ranks.get(q.job_id, q.first_rank)):
-            key = (ranks.get(p.job_id, p.first_rank), p.units)
-            if key in self._seen:
-                out[p.job_id] = base
-                continue
-            self._seen.add(key)
-            extra = (27 + (20 if big else 0)) if restart else 0
-            out[p.job_id] = math.ceil(base + extra + 2 * (math.log2(p.units) + 1))
-        if restart:
-            self._seen = set()
-        return out
 
 
 @dataclass(slots=True)
@@ -189,7 +79,7 @@ def _first_alloc(p: Plan, now: int) -> tuple[int, int]:
 
 @dataclass
 class ElasticFlow:
-    """The ElasticFlow policy (see the module docstring).
+    """The ElasticFlow policy with the artifact's timekeeping (see the module docstring).
 
     Args:
         table: Throughput table of the trace's GPU type (for ElasticFlow's per-model caps).
@@ -199,6 +89,7 @@ class ElasticFlow:
     table: ThroughputTable
     slot: int = 60
     name: str = "elasticflow"
+    completion: Completion = "artifact"
     overhead: ElasticFlowOverhead = field(init=False)
     _jobs: dict[str, _Job] = field(default_factory=dict, init=False)
     _runnable: list[str] = field(default_factory=list, init=False)
@@ -468,8 +359,11 @@ class ElasticFlow:
                     job.trial.profile,
                     job.trial.allocations,
                     job.trial.end,
-                    job.real_end,
+                    job.trial.real_end,
                 )
+                job.real_end = (
+                    job.trial.real_end
+                )  # the scaled-up plan's finish (the artifact's too)
                 free -= job.nxt - job.units
                 self._memo.pop(j, None)
                 job.units, job.started, job.trial = job.nxt, True, None
@@ -480,3 +374,16 @@ class ElasticFlow:
                 if self._jobs[j].nxt - self._jobs[j].units > 0:
                     self._score(j, free, left, snap)
             runnable.sort(key=lambda j: self._jobs[j].score, reverse=True)
+
+
+@dataclass
+class ElasticFlowExact(ElasticFlow):
+    """ElasticFlow's decisions on the exact engine: its artifact's timekeeping quirks left out.
+
+    A job completes when its iterations are done and meets its deadline when that is by the
+    deadline; it is never ended short. Decisions are those of :class:`ElasticFlow`, made on the
+    progress the exact engine reports.
+    """
+
+    name: str = "elasticflow-exact"
+    completion: Completion = "exact"

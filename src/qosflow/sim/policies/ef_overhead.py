@@ -1,0 +1,131 @@
+"""ElasticFlow's restart overhead as its artifact charges it (``ALGORITHM.md`` §5.6).
+
+The overhead depends on whether a job's GPU rank set was seen before, so it needs the ranks the
+artifact's buddy placement hands out (:func:`artifact_ranks`, a replay of its node-set classes).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from qosflow.sim.policy import Placed
+
+_CLASSES = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 88, 128, 256)
+
+
+@dataclass(slots=True)
+class _NodeSet:
+    nodes: list[int]
+    capacity: int
+    util: int
+    jobs: list[tuple[str, int]]
+
+
+def _reclass(groups: dict[int, list[_NodeSet]], ns: _NodeSet, node_size: int, home: int) -> None:
+    """File a node set under the largest class dividing its free GPUs (the artifact's rule)."""
+    free = len(ns.nodes) * node_size - ns.util
+    target = home
+    if free > 0:
+        target = next(c for c in sorted(_CLASSES, reverse=True) if c <= free and free % c == 0)
+    groups[target].append(ns)
+    groups[home].sort(key=lambda g: g.util)
+    groups[target].sort(key=lambda g: g.util)
+
+
+def _fit(groups: dict[int, list[_NodeSet]], cls: int, job: tuple[str, int], size: int) -> bool:
+    """Try the first node set of one class (the artifact pops only the first)."""
+    if not groups[cls]:
+        return False
+    ns = groups[cls].pop(0)
+    if ns.util + job[1] > ns.capacity:
+        groups[cls].append(ns)
+        return False
+    ns.util += job[1]
+    ns.jobs.append(job)
+    _reclass(groups, ns, size, job[1])
+    return True
+
+
+def artifact_ranks(
+    sizes: tuple[tuple[str, int], ...], *, nodes: int, node_size: int
+) -> dict[str, int]:
+    """First GPU rank of each job under the artifact's elastic placement (node classes).
+
+    The artifact re-places every job from scratch at each decision, largest first, into node sets
+    kept in classes by their free GPUs; the rank of a job is its position when the nodes are read
+    in order (its ``scheduling_result``). Its overhead cache is keyed by these rank sets.
+    """
+    free_nodes = list(range(nodes))
+    groups: dict[int, list[_NodeSet]] = {c: [] for c in _CLASSES}
+    for job in sizes:
+        k = job[1]
+        if _fit(groups, k, job, node_size):
+            continue
+        if any(_fit(groups, c, job, node_size) for c in reversed(_CLASSES) if c > k):
+            continue
+        want = max(1, math.ceil(k / node_size))
+        if want > len(free_nodes):
+            continue
+        taken, free_nodes = free_nodes[:want], free_nodes[want:]
+        _reclass(groups, _NodeSet(taken, want * node_size, k, [job]), node_size, k)
+    return _read_ranks(groups, nodes, node_size)
+
+
+def _read_ranks(groups: dict[int, list[_NodeSet]], nodes: int, node_size: int) -> dict[str, int]:
+    """Read nodes in order, jobs in placement order (the artifact's ``scheduling_result``)."""
+    owner: dict[int, _NodeSet] = {}
+    for c in _CLASSES:
+        for ns in groups[c]:
+            for n in ns.nodes:
+                owner.setdefault(n, ns)
+    ranks: dict[str, int] = {}
+    for n in range(nodes):
+        found = owner.get(n)
+        if found is None:
+            continue
+        ns, pos = found, n * node_size
+        for job_id, k in ns.jobs:
+            ranks.setdefault(job_id, pos)
+            pos += k if len(ns.nodes) == 1 else 0
+    return ranks
+
+
+class ElasticFlowOverhead:
+    """The artifact's per-decision overhead (``ALGORITHM.md`` §5.6).
+
+    Every running job loses 2 s (7 s on >= 256 GPUs) when its GPU rank set was seen before, else
+    ``2 + 2 (log2 k + 1)`` s, plus 27 s (+20 s on >= 256 GPUs) on a restart decision (every
+    ``slot``-th decision, when the rank-set cache is also cleared).
+    """
+
+    def __init__(self, slot: int, node_size: int = 8) -> None:
+        """Overhead for a run with this slot (the artifact reuses the slot as restart period)."""
+        self.slot, self.node_size = slot, node_size
+        self._seen: set[tuple[int, int]] = set()
+
+    def reset(self) -> None:
+        """Forget the rank sets seen (start of a run)."""
+        self._seen = set()
+
+    def charge(self, placed: tuple[Placed, ...], *, decision: int, capacity: int) -> dict[str, int]:
+        """Overhead in seconds per running job."""
+        big = capacity >= 256
+        base = 7 if big else 2
+        restart = decision > 0 and decision % self.slot == 0
+        out: dict[str, int] = {}
+        nodes = max(1, capacity // self.node_size)
+        ranks = artifact_ranks(
+            tuple((p.job_id, p.units) for p in placed), nodes=nodes, node_size=self.node_size
+        )
+        for p in sorted(placed, key=lambda q: ranks.get(q.job_id, q.first_rank)):
+            key = (ranks.get(p.job_id, p.first_rank), p.units)
+            if key in self._seen:
+                out[p.job_id] = base
+                continue
+            self._seen.add(key)
+            extra = (27 + (20 if big else 0)) if restart else 0
+            out[p.job_id] = math.ceil(base + extra + 2 * (math.log2(p.units) + 1))
+        if restart:
+            self._seen = set()
+        return out
