@@ -269,12 +269,11 @@ def local_rescale() -> dict[str, float]:
         cluster.submit(first)
         one = _samples(cluster, first.name, 1, WARMUP_STEPS, LOCAL_WINDOW_S)
         print("ddp bench: stop, resubmit at two worker pods", file=sys.stderr, flush=True)
-        stopped_at = time.monotonic()
+        stopped_at = time.time()  # the samples' clock
         ended = cluster.stop(first.name, message="bench: rescale to 2 workers")
         second = replace(first, segment=1, units=2, resume=True)
         cluster.submit(second)
         two = _samples(cluster, second.name, 2, ended.steps_done or 0, LOCAL_WINDOW_S)
-        resumed_at = two[0].time - time.time() + time.monotonic()
         reached = max(
             [ended.steps_done or 0, *(e["step"] for e in _logged(cluster, first.name, "step"))]
         )
@@ -290,7 +289,7 @@ def local_rescale() -> dict[str, float]:
         "ddp_fit_prior_steps_per_s_2_workers": 1.0 / before.model.step_time(2),
         "ddp_fit_steps_per_s_2_workers": fitted,
         "ddp_fit_error_2_workers": fitted / measured - 1.0,
-        "ddp_rescale_stop_to_resume_s": resumed_at - stopped_at,
+        "ddp_rescale_stop_to_resume_s": two[0].time - stopped_at,
         "ddp_steps_lost": float(reached - resumed),
         "ddp_checkpoint_interval_steps": float(LOCAL_CHECKPOINT_EVERY),
     }
