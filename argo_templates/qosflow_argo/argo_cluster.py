@@ -34,7 +34,7 @@ from qosflow.core.errors import ClusterError, NotFoundError, SpecError
 from qosflow.core.layout import job_problem
 from qosflow.core.spec import JobSpec, Unit
 from qosflow.core.usage import UsageReport, usage_in_log
-from qosflow_argo import manifests, podspec
+from qosflow_argo import distributed, manifests, podspec
 from qosflow_argo.adopt import check_same_submit
 from qosflow_argo.argo_server import ArgoServer
 from qosflow_argo.capacity import free_capacity
@@ -386,7 +386,7 @@ class ArgoCluster:
         if labels.get(manifests.LABEL_UNIT, "cpu") != "cpu":
             current = job_status(wf).units
             return ResizeResult(ResizeState.UNSUPPORTED, current, "only CPU resizes in place")
-        if str((wf.get("spec") or {}).get("entrypoint", "")).startswith("train-workers"):
+        if (wf.get("spec") or {}).get("entrypoint") in distributed.STEPS.values():
             current = job_status(wf).units
             why = "a torchrun segment's size is its pods: it rescales by checkpoint-restart"
             return ResizeResult(ResizeState.UNSUPPORTED, current, why)
