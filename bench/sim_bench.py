@@ -5,13 +5,12 @@ reference numbers of ElasticFlow's own simulator, read from ``REFERENCE.md``'s C
 
 1. fidelity — delegated to ``bench/sim_fidelity.py`` (the simulator helper's script), relayed; it
    also times our ``elasticflow`` on cluster01 against the artifact (the >= 10x speed figure);
-2. qosflow (oracle) vs ElasticFlow's reference ratio on every REFERENCE.md setting, and learned
-   speeds (noise sigma 5 %) next to oracle on cluster10 and elasticVpollux_e;
+2. qosflow (oracle) vs ElasticFlow's reference ratio on every REFERENCE.md setting;
 3. the upper bound on 195job / 128 A100 and qosflow's fraction of it;
-4. learned speeds (noise sigma 5 %) vs oracle on 195job, guarantee violations in both modes;
-   the learned run again on seeds 2-5 (mean ratio, worst gap, violations over all five);
-5. the seed paper's CPU setting, sufficient and insufficient regimes (regime named by the bound):
-   qosflow and xing19 vs k8s-default, qosflow's allocated-CPU utilisation;
+4. learned speeds (noise sigma 5 %) vs oracle on 195job, seed 1, guarantee violations in both
+   modes (seeds 1-10 on three traces: ``bench/baselines_bench.py``);
+5. (the seed paper's CPU setting moved to ``bench/baselines_bench.py``: every baseline, five
+   arrival rates);
 6. cluster04 (15,802 jobs, 1,024 GPUs) with qosflow: wall time and peak memory (own process).
 
 ``--quick`` skips the two large traces (cluster01, cluster04).
@@ -49,9 +48,6 @@ SETTINGS = (
     ("cluster01", f"{MS}/cluster01.csv", "64x8", "A100", 60),
 )
 LARGE = {"cluster01"}
-SEED_SETTINGS = (("sufficient", 8.0), ("insufficient", 32.0), ("insufficient_heavy", 48.0))
-SEED_OVERHEAD = "rescale:5"  # in-place CPU resize (DESIGN §4): a few seconds to re-read the quota
-SEED_JOBS = 120
 
 
 def say(key: str, value: object) -> None:
@@ -91,12 +87,6 @@ def fidelity() -> None:
     say("fidelity_exit_code", proc.returncode)
 
 
-LEARNED_ALSO = ("cluster10", "elasticVpollux_e")
-"""Settings besides 195job where the learned-speeds run is printed next to the oracle one."""
-LEARNED_SEEDS = (2, 3, 4, 5)
-"""More noise seeds of the learned-speeds comparison on 195job."""
-
-
 def _run(w: Workload, policy: str, slot: int, **kw: object) -> tuple[int, int, float, int, float]:
     start = time.perf_counter()
     run = run_policy(
@@ -128,11 +118,6 @@ def versus_reference(quick: bool) -> None:
         say(f"{key}.qosflow_vs_elasticflow_reference", f"{met / acc:.3f}x")
         say(f"{key}.qosflow_guarantee_violations", viol)
         say(f"{key}.qosflow_wall_s", f"{wall:.1f}")
-        if key in LEARNED_ALSO:  # learned speeds (noise 5 %) here too, side by side with oracle
-            l_met, _, l_ratio, l_viol, _ = _run(w, "qosflow", slot, speeds="learned", sigma=0.05)
-            say(f"{key}.qosflow_learned_met", f"{l_met}/{total}")
-            say(f"{key}.qosflow_learned_minus_oracle", f"{l_ratio - ratio:+.3f}")
-            say(f"{key}.qosflow_violations_learned", l_viol)
 
 
 def bound_195() -> None:
@@ -156,47 +141,6 @@ def bound_195() -> None:
     say("195job.qosflow_learned_ratio", f"{learned[2]:.3f}")
     say("195job.qosflow_learned_minus_oracle", f"{learned[2] - oracle[2]:+.3f}")
     say("195job.qosflow_violations_learned", learned[3])
-    # the noise is drawn from the seed: the same comparison on four more seeds (not tuned to one)
-    more = [_run(w, "qosflow", 240, speeds="learned", sigma=0.05, seed=s) for s in LEARNED_SEEDS]
-    ratios = [learned[2], *(r[2] for r in more)]
-    say("195job.qosflow_learned_seeds", f"1,{','.join(map(str, LEARNED_SEEDS))}")
-    mean = sum(ratios) / len(ratios)
-    say("195job.qosflow_learned_ratio_mean_seeds", f"{mean:.3f}")
-    say("195job.qosflow_learned_minus_oracle_mean_seeds", f"{mean - oracle[2]:+.4f}")
-    say("195job.qosflow_learned_minus_oracle_worst_seed", f"{min(ratios) - oracle[2]:+.3f}")
-    say("195job.qosflow_violations_learned_all_seeds", learned[3] + sum(r[3] for r in more))
-
-
-def seed_paper() -> None:
-    """Section 5: the seed paper's CPU setting in both regimes."""
-    for regime, rate in SEED_SETTINGS:
-        w = load_workload(f"seed:rate_per_hour={rate},jobs={SEED_JOBS}", "4x16", "A100", 1)
-        ub = upper_bound(bound_jobs(w), w.shape.total, slot=600.0, time_limit=60.0)
-        named = "sufficient" if ub.sufficient else "insufficient"
-        say(f"seed.{regime}.rate_per_hour", rate)
-        say(f"seed.{regime}.overhead", SEED_OVERHEAD)
-        say(f"seed.{regime}.bound_regime", f"{named} (bound {ub.value}/{ub.deadline_jobs})")
-        met = {}
-        for policy in ("k8s-default", "xing19", "qosflow"):
-            run = run_policy(
-                w,
-                policy,
-                slot=60,
-                speeds="oracle",
-                seed=1,
-                sigma=0.0,
-                bound=ub.value,
-                timing=True,
-                overhead=SEED_OVERHEAD,
-            )
-            met[policy] = run.metrics.met
-            say(f"seed.{regime}.{policy}_ratio", f"{run.metrics.ratio:.3f}")
-            if policy == "qosflow":
-                say(f"seed.{regime}.qosflow_utilisation", f"{run.metrics.utilisation:.3f}")
-                say(f"seed.{regime}.qosflow_violations", run.metrics.guarantee_violations)
-        base = max(met["k8s-default"], 1)
-        say(f"seed.{regime}.qosflow_vs_k8s_default", f"{met['qosflow'] / base:.2f}x")
-        say(f"seed.{regime}.xing19_vs_k8s_default", f"{met['xing19'] / base:.2f}x")
 
 
 def cluster04() -> None:
@@ -241,7 +185,6 @@ def main() -> int:
         fidelity()
     versus_reference(args.quick)
     bound_195()
-    seed_paper()
     if not args.quick:
         cluster04()
     say("bench_wall_s", f"{time.perf_counter() - start:.0f}")

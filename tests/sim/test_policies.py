@@ -246,3 +246,15 @@ def test_a_promise_at_risk_takes_what_the_other_promises_leave_before_unpromised
     assert d.allocation.get("ok") == 4
     assert d.allocation.get("risk") == 4  # the broken promise runs on what "ok" leaves ...
     assert d.allocation.get("u", 0) == 0  # ... not the job nobody promised anything
+
+
+def test_elasticflow_runs_on_a_cluster_larger_than_its_speed_table() -> None:
+    # the seed workload's sizes stop at two nodes (32 cores) on a 64-core cluster; ElasticFlow's
+    # planner once asked the table for 64 cores and crashed (KeyError) on every such run
+    from qosflow.sim.policies.elasticflow import ElasticFlow
+
+    w = SeedWorkload(jobs=20, rate_per_hour=30, nodes=4, cores_per_node=16)
+    table = seed_table(w)
+    result = _run(ElasticFlow(table=table, slot=60), w, 1)
+    assert len(result.outcomes) == 20
+    assert max(o.finish or 0.0 for o in result.outcomes) > 0.0

@@ -112,7 +112,9 @@ class ElasticFlow:
     def _job(self, v: JobView) -> _Job:
         job = self._jobs.get(v.job_id)
         if job is None:
-            cap = self.table.elasticflow_cap(v.model, v.batch_size)
+            # never above the table's largest size (a CPU table stops at two nodes, the cluster
+            # may be larger: the artifact's tables always reach its cap)
+            cap = min(self.table.elasticflow_cap(v.model, v.batch_size), max(v.speeds))
             levels = tuple(k for k in sorted(v.speeds) if k <= cap)
             ddl = BIG if v.best_effort or not math.isfinite(v.deadline) else int(v.deadline)
             job = _Job(JobCurve(levels, v.speeds, cap), ddl, v.best_effort)
