@@ -133,6 +133,29 @@ def test_the_learnt_factor_never_drops_under_promises() -> None:
     assert ratchet(high, Calibration(1.4, 80)).factor == 1.4  # a rise is
 
 
+def test_learned_speeds_keep_the_default_factor_until_200_intervals_are_logged() -> None:
+    # every job runs at half the speed it is believed to have (ratio 2 per interval); the first
+    # learnt factor becomes a floor, so it waits for 200 intervals, not the first 50
+    from qosflow.core.predict import DEFAULT_FACTOR, Calibration
+
+    policy = QosflowPolicy(calibration=Calibration())
+    speeds = {1: 1.0, 2: 1.9}
+    done = {f"j{i}": 0.0 for i in range(50)}
+    held: dict[str, int] = {}
+    factors = []
+    for k in range(6):
+        views = tuple(
+            _view(j, 1e7, 10**7, speeds, done=done[j], units=held.get(j, 0)) for j in done
+        )
+        snap = SlotSnapshot(60 * k, 60, 128, 8, k, tuple(done) if k == 0 else (), (), views)
+        held = dict(policy.decide(snap).allocation)
+        factors.append(policy.calibration.factor if policy.calibration else None)
+        for j, n in held.items():
+            done[j] += 0.5 * 60 * speeds[n]
+    assert factors[:4] == [DEFAULT_FACTOR] * 4  # 0, 50, 100, 150 intervals logged
+    assert factors[4] == pytest.approx(2.0, rel=0.01)  # 200: learnt
+
+
 def test_a_slipped_guarantee_is_run_now_when_the_others_can_spare_their_margins() -> None:
     from qosflow.core.admission import Candidate, backward_fill
     from qosflow.core.allocation import repair
