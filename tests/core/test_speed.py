@@ -112,6 +112,22 @@ def test_history_prior_without_data_is_the_prior() -> None:
     assert result.bootstrap
 
 
+def test_a_prior_that_predicts_no_time_at_one_unit_does_not_poison_the_fit(stream_of) -> None:
+    # a key's history fitted on multi-node sizes only can come back with t0 = t1 = 0: 0 s per
+    # step on one unit. That prior row once made every weight NaN, so the fit failed (with a
+    # RuntimeWarning) even with good measurements
+    import warnings
+
+    degenerate = SpeedModel(0.0, 0.0, 0.0, 0.01, 0.0, node_size=8)
+    truth = SpeedModel(0.02, 0.8, 0.0, 0.0, 0.0, node_size=8)
+    data = stream_of(truth, [(8, 300)], np.random.default_rng(3), sigma=0.02)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result = fit(data, node_size=8, prior=degenerate)
+    assert result.success, result.message
+    assert _rel(result.model.step_time(8), truth.step_time(8)) < 0.05
+
+
 def test_prior_shapes_unobserved_sizes_and_fades_with_data(stream_of) -> None:
     scales_well = SpeedModel(0.01, 1.0, 0.0, 0.0, 0.0, node_size=8)
     little = stream_of(scales_well, [(1, 120)], np.random.default_rng(1), sigma=0.02)

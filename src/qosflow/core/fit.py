@@ -138,7 +138,13 @@ def _design(
         scale = float(np.exp(np.average(np.log(tau / prior.step_times(n)), weights=count)))
         ptau = ptau * scale
     weight_prior = 1.0 / (PRIOR_SIGMA * math.sqrt(1.0 + float(count.sum()) / PRIOR_DECAY))
-    w = np.concatenate((np.sqrt(count) / sigma / tau, np.full(grid.size, weight_prior) / ptau))
+    # a prior that predicts no time (or none at all) at a size says nothing there: its row is
+    # dropped (weight 0) instead of turning the whole system into NaN (a key's history fitted
+    # only on multi-node sizes can give t0 = t1 = 0, so 0 s per step on one unit)
+    usable = np.isfinite(ptau) & (ptau > 0.0)
+    ptau = np.where(usable, ptau, 0.0)
+    prior_w = np.where(usable, weight_prior / np.where(usable, ptau, 1.0), 0.0)
+    w = np.concatenate((np.sqrt(count) / sigma / tau, prior_w))
     rows = np.vstack((features(n, node_size), features(grid, node_size)))
     target = np.concatenate((tau, ptau))
     noise = np.concatenate((1.2533 * sigma / np.sqrt(count), np.full(grid.size, PRIOR_SIGMA)))
