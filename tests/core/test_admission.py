@@ -272,6 +272,11 @@ def test_without_the_counter_offer_the_verdict_is_the_same(
     quick = admit(new, admitted, capacity=capacity, now=NOW, counter_offer=False)
     assert quick.counter_offer is None
     assert (quick.kind, quick.units, quick.at_risk) == (full.kind, full.units, full.at_risk)
+    # the allocator asking a waiting job again reads only the kind and the size
+    bare = admit(new, admitted, capacity=capacity, now=NOW, counter_offer=False, explain=False)
+    assert (bare.kind, bare.units) == (full.kind, full.units)
+    if full.kind == "guaranteed":
+        assert bare == quick  # a guarantee carries its plan whatever the caller asked
 
 
 @PROPS

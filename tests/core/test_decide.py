@@ -203,6 +203,10 @@ def test_decision_invariants(spec_of, t0, situation) -> None:
     sn = JobSnapshot(spec, now, s["done"], s["units"], s["queued"], last, s["overhead"])
     d = decide(sn, belief, free_units=free)
     event(d.action.value)
+    # the allocator's silent call decides exactly the same, only without the words
+    silent = decide(sn, belief, free_units=free, explain=False)
+    assert silent.action is d.action and silent.units == d.units
+    assert silent.conservative_finish == d.conservative_finish
     margin = margin_for(spec, now)
     in_dwell = last is not None and now - last < spec.dwell_seconds
 

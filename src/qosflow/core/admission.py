@@ -282,6 +282,7 @@ def admit(
     slot_s: float = 60.0,
     max_utilisation: float = 1.0,
     counter_offer: bool = True,
+    explain: bool = True,
 ) -> Verdict:
     """Decide whether ``new`` can be guaranteed next to the guaranteed jobs in ``admitted``.
 
@@ -296,6 +297,9 @@ def admit(
         max_utilisation: Share of the capacity the energy test counts on (packing slack).
         counter_offer: Search the earliest deadline that would pass when ``new`` does not (a
             binary search over the timeline; skip it when nobody will read the offer).
+        explain: When ``new`` is not guaranteed, also plan the guaranteed jobs for the verdict's
+            ``reservations``, ``shares`` and ``at_risk``. A caller that reads only the kind (the
+            cluster allocator asking a waiting job again) passes ``False`` and gets them empty.
 
     Raises:
         SpecError: On a bad capacity, time, slot length or policy.
@@ -326,6 +330,10 @@ def admit(
             return verdict
         why = verdict
     reject = if_not_guaranteed == "reject"
+    if not explain:
+        kind: Kind = "rejected" if reject else "best_effort"
+        units = 0 if reject else s.fresh.quickest(s.fresh.due - now)
+        return Verdict(kind, units, f"not guaranteed: {why}", None)
     return _not_guaranteed(s, new, why, now=now, reject=reject, counter_offer=counter_offer)
 
 

@@ -231,7 +231,9 @@ def prepare(job: JobInput, cluster: ClusterInput, state: JobState) -> Prepared:
     elif pending:  # told to resize, not acted on yet: the target stands
         keep = state.target or 0
     else:
-        keep = decide(snap, belief, free_units=0, share=False if spec.best_effort else share).units
+        keep = decide(  # only the size is read: no words
+            snap, belief, free_units=0, share=False if spec.best_effort else share, explain=False
+        ).units
     promise = promise_of(job, cluster.plan_factor, state.floor)
     return Prepared(
         spec, job.done, belief, snap, need, klass, keep, promise, state.guaranteed, tight, at_risk
@@ -284,7 +286,8 @@ class _Decision:
             if_not_guaranteed=job.spec.if_not_guaranteed,
             slot_s=float(self.cluster.slot_s),
             max_utilisation=self.cluster.max_utilisation,
-            counter_offer=first,  # a job asked again was told already
+            counter_offer=first,  # a job asked again was told already: only the kind counts
+            explain=first,
         )
         if verdict.kind == "rejected" and job.spec.if_not_guaranteed != "reject":
             verdict = replace(verdict, kind="best_effort", units=job.belief.levels[0])  # runs

@@ -236,46 +236,57 @@ def _probe_words(belief: Belief, target: int, need: int | None) -> str:
 
 
 def _grow(
-    snap: JobSnapshot, belief: Belief, margin: float, need: int | None, free_units: int
+    snap: JobSnapshot,
+    belief: Belief,
+    margin: float,
+    need: int | None,
+    free_units: int,
+    explain: bool,
 ) -> Decision:
     """Scale up towards ``need`` (``None``: probe upwards because no size is known to make it)."""
     goal = need if need is not None else belief.probe_limit
     target = min(goal, max(belief.probe_limit, snap.units))
     now_pred, pred = _at(belief, snap, snap.units), _at(belief, snap, target)
-    why = _versus(now_pred, snap, margin, "misses")
-    probe = _probe_words(belief, target, need)
+    why = _versus(now_pred, snap, margin, "misses") if explain else ""
+    probe = _probe_words(belief, target, need) if explain else ""
+    reason = ""
     if snap.queued:
-        reason = f"queued; {why}; raise priority to start at {target} units{probe}"
+        if explain:
+            reason = f"queued; {why}; raise priority to start at {target} units{probe}"
         return _decision(Action.BUMP, pred, reason, snap, margin)
     if target <= snap.units:  # the current size is not measured yet: the probe rule waits
-        reason = (
-            f"hold: {why}; {snap.units} units are not measured yet and the probe rule allows at "
-            f"most one level beyond the largest observed size ({goal} needed)"
-        )
+        if explain:
+            reason = (
+                f"hold: {why}; {snap.units} units are not measured yet and the probe rule "
+                f"allows at most one level beyond the largest observed size ({goal} needed)"
+            )
         return _decision(Action.ON_TRACK, now_pred, reason, snap, margin)
     if _in_dwell(snap):
-        ago = snap.now - (snap.last_rescale_at or snap.now)
-        reason = (
-            f"hold: {why}; the last rescale was {_dur(ago)} ago, within the "
-            f"{_dur(snap.spec.dwell_seconds)} dwell, so scale to {target} units in "
-            f"{_dur(snap.spec.dwell_seconds - ago)}{probe}"
-        )
+        if explain:
+            ago = snap.now - (snap.last_rescale_at or snap.now)
+            reason = (
+                f"hold: {why}; the last rescale was {_dur(ago)} ago, within the "
+                f"{_dur(snap.spec.dwell_seconds)} dwell, so scale to {target} units in "
+                f"{_dur(snap.spec.dwell_seconds - ago)}{probe}"
+            )
         return _decision(Action.ON_TRACK, now_pred, reason, snap, margin)
     extra = target - snap.units
     if extra <= free_units:
-        reason = (
-            f"{why}; {extra} of {free_units} free units make it {target}{probe}: "
-            f"{_finish_words(pred, snap)}"
-        )
+        if explain:
+            reason = (
+                f"{why}; {extra} of {free_units} free units make it {target}{probe}: "
+                f"{_finish_words(pred, snap)}"
+            )
         return _decision(Action.SCALE_UP, pred, reason, snap, margin)
-    reason = (
-        f"{why}; {target} units needed but only {free_units} of the {extra} extra are free: "
-        f"raise priority{probe}"
-    )
+    if explain:
+        reason = (
+            f"{why}; {target} units needed but only {free_units} of the {extra} extra are "
+            f"free: raise priority{probe}"
+        )
     return _decision(Action.BUMP, pred, reason, snap, margin)
 
 
-def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> Decision | None:
+def _shrink(snap: JobSnapshot, belief: Belief, margin: float, explain: bool) -> Decision | None:
     if _in_dwell(snap) or snap.queued:
         return None
     # never below the observed range on the strength of the prior alone: belief_from_fit makes
@@ -296,12 +307,16 @@ def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> Decision | None
             f"{_versus(pred, snap, margin, 'beats')} by twice the margin; "
             f"giving back {snap.units - n} units frees {unit_time(freed, against=cost)} "
             f"(> {unit_time(cost, against=freed)} rescale cost)"
+            if explain
+            else ""
         )
         return _decision(Action.SCALE_DOWN, pred, reason, snap, margin)
     return None
 
 
-def _at_risk(snap: JobSnapshot, belief: Belief, margin: float, free_units: int) -> Decision:
+def _at_risk(
+    snap: JobSnapshot, belief: Belief, margin: float, free_units: int, explain: bool
+) -> Decision:
     """Even the best plannable size (knee, probe-limited) misses: run as fast as reachable now."""
     cap = belief.best_plannable(snap.units)
     reach = cap if snap.queued else min(cap, snap.units + max(free_units, 0))
@@ -309,6 +324,8 @@ def _at_risk(snap: JobSnapshot, belief: Belief, margin: float, free_units: int) 
     fits = [n for n in belief.levels if n <= reach]
     target = snap.units if holding else (fits[-1] if fits else belief.levels[0])
     best, pred = _at(belief, snap, cap), _at(belief, snap, target)
+    if not explain:
+        return _decision(Action.AT_RISK, pred, "", snap, margin)
     reason = (
         f"at risk: even at {cap} units (knee {belief.knee}, probe limit {belief.probe_limit}) the "
         f"{_versus(best, snap, margin, 'misses')}"
@@ -320,11 +337,15 @@ def _at_risk(snap: JobSnapshot, belief: Belief, margin: float, free_units: int) 
     return _decision(Action.AT_RISK, pred, reason, snap, margin)
 
 
-def _too_big(snap: JobSnapshot, belief: Belief, margin: float, need: int) -> Decision:
+def _too_big(
+    snap: JobSnapshot, belief: Belief, margin: float, need: int, explain: bool
+) -> Decision:
     """The current size (above the knee) misses, a smaller one would make it, but not by 2x margin."""
     here = _at(belief, snap, snap.units)
     target = snap.units if _in_dwell(snap) else need
     pred = _at(belief, snap, target)
+    if not explain:
+        return _decision(Action.AT_RISK, pred, "", snap, margin)
     reason = (
         f"{_versus(here, snap, margin, 'misses')} (above the knee at "
         f"{belief.knee}); {need} units would make it, but not by twice the margin; "
@@ -345,7 +366,12 @@ def _within_spec(belief: Belief, spec: JobSpec) -> Belief:
 
 
 def decide(
-    snap: JobSnapshot, belief: Belief, *, free_units: int, share: int | bool | None = False
+    snap: JobSnapshot,
+    belief: Belief,
+    *,
+    free_units: int,
+    share: int | bool | None = False,
+    explain: bool = True,
 ) -> Decision:
     """Decide this round's action for one job.
 
@@ -355,6 +381,8 @@ def decide(
         free_units: Units available to this job beyond what it holds (the resource status).
         share: Its :func:`minimal_share` when the caller computed it already (``False``: not
             computed; the cluster allocator passes the one it has).
+        explain: Put the reason into words. The cluster allocator, which only reads the size,
+            passes ``False`` (the reason is then empty; the words are most of the cost).
 
     Returns:
         The :class:`Decision`; its ``units`` is always one of ``belief.levels`` unless the job keeps
@@ -367,7 +395,9 @@ def decide(
     if snap.steps_done >= spec.total_steps:
         return _decision(Action.DONE, here, f"all {spec.total_steps} steps are done", snap, margin)
     if not math.isfinite(spec.deadline):
-        reason = f"best-effort job without a deadline; {_finish_words(here, snap)}"
+        reason = (
+            f"best-effort job without a deadline; {_finish_words(here, snap)}" if explain else ""
+        )
         return _decision(Action.ON_TRACK, here, reason, snap, margin)
     if not any(math.isfinite(belief.median.step_time(n)) for n in belief.levels):
         reason = (
@@ -377,16 +407,16 @@ def decide(
         return _decision(Action.ON_TRACK, here, reason, snap, margin)
     need = minimal_share(belief, snap) if share is False else share
     if need is None and snap.units < belief.probe_limit < belief.knee:
-        return _grow(snap, belief, margin, None, free_units)  # unexplored sizes may make it
+        return _grow(snap, belief, margin, None, free_units, explain)  # unexplored: may make it
     if need is None:
-        return _at_risk(snap, belief, margin, free_units)
+        return _at_risk(snap, belief, margin, free_units, explain)
     if need > snap.units:
-        return _grow(snap, belief, margin, need, free_units)
+        return _grow(snap, belief, margin, need, free_units, explain)
     if need < snap.units:
-        down = _shrink(snap, belief, margin)
+        down = _shrink(snap, belief, margin, explain)
         if down is not None:
             return down
         if here.conservative_finish > spec.deadline - margin:
-            return _too_big(snap, belief, margin, need)
-    reason = _versus(here, snap, margin, "meets")
+            return _too_big(snap, belief, margin, need, explain)
+    reason = _versus(here, snap, margin, "meets") if explain else ""
     return _decision(Action.ON_TRACK, here, reason, snap, margin)

@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 
 from qosflow.core.allocation import ratchet
 from qosflow.core.allocator import ClusterInput, JobInput, JobState, allocate
-from qosflow.core.predict import Calibration, calibrate
+from qosflow.core.predict import Belief, Calibration, calibrate
 from qosflow.sim.adapter import belief_of, job_spec
 from qosflow.sim.policy import JobView, NoOverhead, OverheadModel, SlotDecision, SlotSnapshot
 
+BELIEF_CACHE = 4096
+"""Beliefs kept between decisions (one per speed table, size list and factor; then cleared)."""
 CALIBRATION_WINDOW = 2000
 """Most recent (predicted, realised) interval pairs the conformal factor is learnt from."""
 CALIBRATION_MIN_PAIRS = 50
@@ -68,6 +70,27 @@ class QosflowPolicy:
     _ran: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     _pairs: list[tuple[float, float]] = field(default_factory=list)
     _oracle_factor: Calibration | None = None
+    _beliefs: dict[tuple[int, tuple[int, ...], float | None], tuple[object, Belief]] = field(
+        default_factory=dict
+    )
+
+    def _belief(self, view: JobView, levels: tuple[int, ...], factor: float | None) -> Belief:
+        """:func:`belief_of` at ``factor`` (``None``: as the speeds are), built once per table.
+
+        A view's speeds are immutable (the trace's table, shared by every job of a model and
+        batch, or one fit's tabulation), so the belief is cached on the object itself; the
+        entry keeps the object, so an id is never reused while its entry lives.
+        """
+        key = (id(view.speeds), levels, factor)
+        hit = self._beliefs.get(key)
+        if hit is not None and hit[0] is view.speeds:
+            return hit[1]
+        if len(self._beliefs) >= BELIEF_CACHE:
+            self._beliefs.clear()
+        calibration = None if factor is None else Calibration(factor, 0)
+        belief = belief_of(view, levels, calibration)
+        self._beliefs[key] = (view.speeds, belief)
+        return belief
 
     def _input(self, view: JobView, snap: SlotSnapshot) -> JobInput:
         spec = job_spec(
@@ -77,15 +100,16 @@ class QosflowPolicy:
             dwell_s=self.dwell_s,
         )
         levels = spec.resources.levels
+        factor = None if self.calibration is None else self.calibration.factor
         return JobInput(
             spec=spec,
             done=view.done,
             units=view.units,
-            belief=belief_of(view, levels, self.calibration),
+            belief=self._belief(view, levels, factor),
             state=self._states.get(view.job_id, JobState()),
             rescale_overhead_s=self.rescale_overhead_s,
-            belief_factor=None if self.calibration is None else self.calibration.factor,
-            belief_at=lambda f: belief_of(view, levels, Calibration(f, 0)),
+            belief_factor=factor,
+            belief_at=lambda f: self._belief(view, levels, f),
         )
 
     def decide(self, snap: SlotSnapshot) -> SlotDecision:
