@@ -281,3 +281,20 @@ def test_elasticflow_runs_on_a_cluster_larger_than_its_speed_table() -> None:
     result = _run(ElasticFlow(table=table, slot=60), w, 1)
     assert len(result.outcomes) == 20
     assert max(o.finish or 0.0 for o in result.outcomes) > 0.0
+
+
+def test_elasticflow_caps_an_unprofiled_model_at_its_knee() -> None:
+    from qosflow.sim.policies.elasticflow import ElasticFlow
+
+    # ElasticFlow's planner assumes more units never slow a job down; the artifact's per-model
+    # caps keep that true on its tables. On the seed table rnn-lm is slower at 32 cores than at
+    # 4, so without the knee cap ElasticFlow gave it 32 and missed jobs an idle cluster meets
+    w = SeedWorkload(jobs=20, rate_per_hour=4, nodes=4, cores_per_node=16)
+    table = seed_table(w)
+    for model, batch in table.curves:
+        curve = table.curve(model, batch)
+        cap = table.elasticflow_cap(model, batch)
+        assert curve[cap] == max(curve.values())
+    assert table.elasticflow_cap("rnn-lm", BATCH) < 32
+    result = _run(ElasticFlow(table=table, slot=60), w, 1)
+    assert result.ratio == 1.0

@@ -185,7 +185,16 @@ class ThroughputTable:
             ) from None
 
     def elasticflow_cap(self, model: str, batch_size: int) -> int:
-        """ElasticFlow's per-model GPU cap (the artifact's ``get_max_gpu``)."""
+        """ElasticFlow's per-model GPU cap (the artifact's ``get_max_gpu``).
+
+        The artifact sets it per profiled model, about where the model stops scaling: its planner
+        assumes more GPUs never slow a job down. For a table the artifact never profiled (the
+        seed paper's generated CPU table, whose curves fall past their knees) the cap is the
+        curve's knee, the size it would have been given.
+        """
+        if self.gpu_type not in ("A100", "T4"):
+            curve = self.curve(model, batch_size)
+            return max(curve, key=lambda n: (curve[n], -n))
         if self.gpu_type == "T4":
             if model == "deepspeech2" and batch_size == 320:
                 return 32
