@@ -60,25 +60,43 @@ def say(key: str, value: object) -> None:
     print(f"{key}: {value}", flush=True)
 
 
-def metrics_of(w: Workload, policy: str, slot: int, **kw: object) -> RunMetrics:
-    """The metrics of one run."""
-    run = run_policy(
+def metrics_of(
+    w: Workload,
+    policy: str,
+    slot: int,
+    *,
+    speeds: str = "oracle",
+    seed: int = 1,
+    sigma: float = 0.0,
+    overhead: str = "policy",
+    timing: bool = False,
+) -> RunMetrics:
+    """The metrics of one run (``timing``: with its wall time and CPU per decision)."""
+    return run_policy(
         w,
         policy,
         slot=slot,
-        speeds=str(kw.get("speeds", "oracle")),
-        seed=int(kw.get("seed", 1)),  # type: ignore[call-overload]
-        sigma=float(kw.get("sigma", 0.0)),  # type: ignore[arg-type]
+        speeds=speeds,
+        seed=seed,
+        sigma=sigma,
         bound=None,
-        timing=False,
-        overhead=str(kw.get("overhead", "policy")),
-    )
-    return run.metrics
+        timing=timing,
+        overhead=overhead,
+    ).metrics
 
 
-def met_of(w: Workload, policy: str, slot: int, **kw: object) -> tuple[int, int, int]:
+def met_of(
+    w: Workload,
+    policy: str,
+    slot: int,
+    *,
+    speeds: str = "oracle",
+    seed: int = 1,
+    sigma: float = 0.0,
+    overhead: str = "policy",
+) -> tuple[int, int, int]:
     """Deadlines met, deadline jobs and guarantee violations of one run."""
-    m = metrics_of(w, policy, slot, **kw)
+    m = metrics_of(w, policy, slot, speeds=speeds, seed=seed, sigma=sigma, overhead=overhead)
     return m.met, m.deadline_jobs, m.guarantee_violations
 
 

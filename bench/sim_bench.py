@@ -27,11 +27,14 @@ import sys
 import time
 from pathlib import Path
 
-from qosflow.cli.simulate import Workload, bound_jobs, load_workload, run_policy
+from qosflow.cli.simulate import Workload, bound_jobs, load_workload
 from qosflow.sim.bound import upper_bound
 from qosflow.sim.trace import elasticflow_dir
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from baselines_bench import metrics_of  # noqa: E402  (a sibling script)
+
 MS = "microsoft-elasticflow-traces/data/elasticflow-traces"
 # (key, trace path, cluster, gpu type, slot) — the settings of REFERENCE.md
 SETTINGS = (
@@ -87,20 +90,11 @@ def fidelity() -> None:
     say("fidelity_exit_code", proc.returncode)
 
 
-def _run(w: Workload, policy: str, slot: int, **kw: object) -> tuple[int, int, float, int, float]:
-    start = time.perf_counter()
-    run = run_policy(
-        w,
-        policy,
-        slot=slot,
-        speeds=str(kw.get("speeds", "oracle")),
-        seed=int(kw.get("seed", 1)),  # type: ignore[call-overload]
-        sigma=float(kw.get("sigma", 0.0)),  # type: ignore[arg-type]
-        bound=None,
-        timing=True,
-    )
-    m = run.metrics
-    return m.met, m.deadline_jobs, m.ratio, m.guarantee_violations, time.perf_counter() - start
+def _run(
+    w: Workload, policy: str, slot: int, *, speeds: str = "oracle", sigma: float = 0.0
+) -> tuple[int, int, float, int, float]:
+    m = metrics_of(w, policy, slot, speeds=speeds, sigma=sigma, timing=True)
+    return m.met, m.deadline_jobs, m.ratio, m.guarantee_violations, m.wall_s
 
 
 def versus_reference(quick: bool) -> None:
