@@ -85,18 +85,8 @@ def metrics_of(
     ).metrics
 
 
-def met_of(
-    w: Workload,
-    policy: str,
-    slot: int,
-    *,
-    speeds: str = "oracle",
-    seed: int = 1,
-    sigma: float = 0.0,
-    overhead: str = "policy",
-) -> tuple[int, int, int]:
-    """Deadlines met, deadline jobs and guarantee violations of one run."""
-    m = metrics_of(w, policy, slot, speeds=speeds, seed=seed, sigma=sigma, overhead=overhead)
+def met_of(m: RunMetrics) -> tuple[int, int, int]:
+    """Deadlines met, deadline jobs and guarantee violations of one run's metrics."""
     return m.met, m.deadline_jobs, m.guarantee_violations
 
 
@@ -118,7 +108,7 @@ def seed_paper() -> None:
         say(f"seed.{regime}.bound_regime", f"{named} (bound {ub.value}/{ub.deadline_jobs})")
         best, got = ("none", 0.0), {}
         for policy in SEED_BASELINES:
-            met, total, _ = got[policy] = met_of(w, policy, 60, overhead=SEED_OVERHEAD)
+            met, total, _ = got[policy] = met_of(metrics_of(w, policy, 60, overhead=SEED_OVERHEAD))
             say(f"seed.{regime}.{policy}_ratio", f"{met / total:.3f}")
             if met / total > best[1]:
                 best = (policy, met / total)
@@ -168,10 +158,10 @@ def everywhere(quick: bool) -> None:
     worst = ("none", float("inf"))
     for key, path, cluster, gpu, slot, ref in rows:
         w = load_workload(str(path), cluster, gpu, 1)
-        met, total, viol = met_of(w, "qosflow", slot)
+        met, total, viol = met_of(metrics_of(w, "qosflow", slot))
         ratios = dict(ref)
         for policy in BASELINES:
-            ratios[policy] = met_of(w, policy, slot)[0] / total
+            ratios[policy] = metrics_of(w, policy, slot).met / total
         best = max(ratios.items(), key=lambda kv: kv[1])
         say(f"{key}.qosflow_ratio", f"{met / total:.3f}")
         say(f"{key}.qosflow_violations", viol)
@@ -189,10 +179,11 @@ def learned(quick: bool) -> None:
         if key not in LEARNED:
             continue
         w = load_workload(str(elasticflow_dir() / trace), cluster, gpu, 1)
-        oracle, total, o_viol = met_of(w, "qosflow", slot)
+        oracle, total, o_viol = met_of(metrics_of(w, "qosflow", slot))
         gaps, viol = [], o_viol
         for seed in seeds:
-            met, _, v = met_of(w, "qosflow", slot, speeds="learned", sigma=0.05, seed=seed)
+            m = metrics_of(w, "qosflow", slot, speeds="learned", sigma=0.05, seed=seed)
+            met, v = m.met, m.guarantee_violations
             gaps.append((met - oracle) / total)
             viol += v
             say(f"{key}.qosflow_learned_met_seed_{seed}", f"{met}/{total}")
