@@ -232,7 +232,10 @@ def test_stop_checkpoint_resume_gives_the_uninterrupted_result(
     cluster: ArgoCluster, tmp_path: Path
 ) -> None:
     ckpt, ref_ckpt = on_host(tmp_path, "accept"), on_host(tmp_path, "accept-ref")
-    first = cluster.submit(segment("accept", 0, 1, "accept", resume=False))
+    # progress reaches the cluster at most once a second: at width 256 an idle host ran all 200
+    # steps between two reports and the stop found the job done. Width 768 costs ~9x per step
+    wide = 768
+    first = cluster.submit(segment("accept", 0, 1, "accept", resume=False, width=wide))
     before = wait(cluster, first.name, lambda s: (s.steps_done or 0) >= 60)
     stopped = cluster.stop(first.name, message="checkpoint-restart")
     assert stopped.phase is Phase.STOPPED
@@ -240,8 +243,8 @@ def test_stop_checkpoint_resume_gives_the_uninterrupted_result(
     assert before.steps_done <= stopped.steps_done < TOTAL  # the stop lost no progress
     assert not (ckpt / "result.json").exists()
 
-    ref = cluster.submit(segment("accept-ref", 0, 1, "accept-ref", resume=False))
-    second = cluster.submit(segment("accept", 1, 1, "accept", resume=True))
+    ref = cluster.submit(segment("accept-ref", 0, 1, "accept-ref", resume=False, width=wide))
+    second = cluster.submit(segment("accept", 1, 1, "accept", resume=True, width=wide))
     resumed = wait(cluster, second.name, lambda s: s.steps_done is not None and s.steps_done > 0)
     # from the checkpoint the stop wrote: exactly where the stopped segment ended, or later
     assert resumed.steps_done is not None and resumed.steps_done >= stopped.steps_done
