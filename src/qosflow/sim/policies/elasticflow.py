@@ -114,7 +114,8 @@ class ElasticFlow:
         if job is None:
             # never above the table's largest size (a CPU table stops at two nodes, the cluster
             # may be larger: the artifact's tables always reach its cap)
-            cap = min(self.table.elasticflow_cap(v.model, v.batch_size), max(v.speeds))
+            cap = self.table.elasticflow_cap(v.model, v.batch_size)
+            cap = min(cap, max(v.speeds, default=cap))
             levels = tuple(k for k in sorted(v.speeds) if k <= cap)
             ddl = BIG if v.best_effort or not math.isfinite(v.deadline) else int(v.deadline)
             job = _Job(JobCurve(levels, v.speeds, cap), ddl, v.best_effort)
