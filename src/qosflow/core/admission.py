@@ -330,11 +330,9 @@ def admit(
             return verdict
         why = verdict
     reject = if_not_guaranteed == "reject"
-    if not explain:
-        kind: Kind = "rejected" if reject else "best_effort"
-        units = 0 if reject else s.fresh.quickest(s.fresh.due - now)
-        return Verdict(kind, units, f"not guaranteed: {why}", None)
-    return _not_guaranteed(s, new, why, now=now, reject=reject, counter_offer=counter_offer)
+    return _not_guaranteed(
+        s, new, why, now=now, reject=reject, counter_offer=counter_offer, explain=explain
+    )
 
 
 def _obstacle(s: _Setup, new: Candidate, now: float) -> str | None:
@@ -382,21 +380,31 @@ def _guarantee(s: _Setup, new: Candidate) -> Verdict | str:
 
 
 def _not_guaranteed(
-    s: _Setup, new: Candidate, why: str, *, now: float, reject: bool, counter_offer: bool
+    s: _Setup,
+    new: Candidate,
+    why: str,
+    *,
+    now: float,
+    reject: bool,
+    counter_offer: bool,
+    explain: bool,
 ) -> Verdict:
     """Best effort (or rejected, on request) with the guaranteed jobs' plan and a counter-offer.
 
     A belief never turns run_best_effort into "nothing ran": even a job believed hopeless runs,
     best-effort at its fastest size, and its own progress then shows what it can really do.
+    Without ``explain`` the plan (and so the offer) is skipped.
     """
+    kind: Kind = "rejected" if reject else "best_effort"
+    units = 0 if kind == "rejected" else s.fresh.quickest(s.fresh.due - now)
+    if not explain:
+        return Verdict(kind, units, f"not guaranteed: {why}", None)
     s.tl.reset()
     snapshots: list[IntArray] = []
     base, base_failed = place_in_order(s.tl, s.healthy, stop=False, snapshots=snapshots)
     snapshots.append(s.tl.free.copy())
     reservations, shares = _slot0(s.healthy, base), {k: p.share for k, p in base.items()}
     offer = _offer(s, base, base_failed, snapshots, new.margin) if counter_offer else None
-    kind: Kind = "rejected" if reject else "best_effort"
-    units = 0 if kind == "rejected" else s.fresh.quickest(s.fresh.due - now)
     why += f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""
     at_risk = (*s.at_risk, *base_failed)
     return Verdict(kind, units, f"not guaranteed: {why}", offer, reservations, shares, at_risk)
