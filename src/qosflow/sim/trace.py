@@ -163,6 +163,11 @@ class TraceJob:
     best_effort: bool = False
 
 
+def knee_of(curve: Mapping[int, float]) -> int:
+    """The smallest size with the curve's highest throughput."""
+    return max(curve, key=lambda n: (curve[n], -n))
+
+
 @dataclass(frozen=True, slots=True)
 class ThroughputTable:
     """Measured throughput (iterations/s of the whole job) by (model, batch size) and GPU count.
@@ -193,8 +198,7 @@ class ThroughputTable:
         curve's knee, the size it would have been given.
         """
         if self.gpu_type not in ("A100", "T4"):
-            curve = self.curve(model, batch_size)
-            return max(curve, key=lambda n: (curve[n], -n))
+            return knee_of(self.curve(model, batch_size))
         if self.gpu_type == "T4":
             if model == "deepspeech2" and batch_size == 320:
                 return 32

@@ -27,7 +27,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -35,7 +34,7 @@ from types import MappingProxyType
 import numpy as np
 
 from qosflow.core.errors import SpecError
-from qosflow.sim.trace import ThroughputTable, TraceJob
+from qosflow.sim.trace import ThroughputTable, TraceJob, knee_of
 
 BATCH = 256  # every family's global batch size (a row key of the table)
 
@@ -207,10 +206,6 @@ def seed_table(w: SeedWorkload) -> ThroughputTable:
     return ThroughputTable(gpu_type="CPU", curves=MappingProxyType(curves))
 
 
-def _knee(curve: Mapping[int, float]) -> int:
-    return max(curve, key=lambda n: (curve[n], -n))
-
-
 def generate(w: SeedWorkload, rng: np.random.Generator) -> tuple[TraceJob, ...]:
     """Draw a seeded workload.
 
@@ -229,7 +224,7 @@ def generate(w: SeedWorkload, rng: np.random.Generator) -> tuple[TraceJob, ...]:
         now += float(rng.exponential(3600.0 / w.rate_per_hour))
         family = FAMILIES[int(rng.integers(len(FAMILIES)))]
         curve = table.curve(family.name, BATCH)
-        knee = _knee(curve)
+        knee = knee_of(curve)
         requested = int(rng.choice([n for n in curve if n <= min(knee, w.cores_per_node)]))
         duration = float(
             np.clip(rng.lognormal(math.log(w.median_minutes * 60), w.sigma), 600, 12 * 3600)

@@ -112,8 +112,8 @@ class ElasticFlow:
     def _job(self, v: JobView) -> _Job:
         job = self._jobs.get(v.job_id)
         if job is None:
-            # never above the table's largest size (a CPU table stops at two nodes, the cluster
-            # may be larger: the artifact's tables always reach its cap)
+            # the planner reads the speed at the cap itself: never above the largest size the
+            # job's speeds know (an A100 curve may stop at 8, a fit may lack a size)
             cap = self.table.elasticflow_cap(v.model, v.batch_size)
             cap = min(cap, max(v.speeds, default=cap))
             levels = tuple(k for k in sorted(v.speeds) if k <= cap)
