@@ -2,7 +2,8 @@
 
 Every figure is measured here, on the shipped allocator (the ``qosflow`` policy is a thin adapter
 over :func:`qosflow.core.allocator.allocate`), except ElasticFlow's own simulator's ratios, which
-are read from ``REFERENCE.md``'s CSV and from the fidelity set's ``summary.csv``.
+are ``REFERENCE.md``'s (as ``bench/sim_fidelity.py`` carries them) and the fidelity set's
+``summary.csv``.
 
 1. The seed paper's CPU setting (4 x 16 cores, 120 jobs, 5 s in-place resize) at 8, 24, 32, 40
    and 48 jobs/h. Per regime: the upper bound, every baseline's ratio (``k8s-default``,
@@ -35,7 +36,7 @@ from qosflow.sim.trace import elasticflow_dir
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from sim_fidelity import SETTINGS, fidelity_set  # noqa: E402  (a sibling script)
+from sim_fidelity import SETTINGS, fidelity_set, say  # noqa: E402  (a sibling script)
 
 SEED_REGIMES = (
     ("sufficient", 8.0),
@@ -53,11 +54,6 @@ BASELINES = ("xing19", "elasticflow-exact")
 LEARNED = ("195job", "cluster10", "elasticVpollux_e")
 SEEDS = tuple(range(1, 11))
 LARGE = {"cluster01"}
-
-
-def say(key: str, value: object) -> None:
-    """Print one ``key: value`` line, flushed (the bench's only output format)."""
-    print(f"{key}: {value}", flush=True)
 
 
 def metrics_of(
@@ -90,11 +86,13 @@ def met_of(m: RunMetrics) -> tuple[int, int, int]:
     return m.met, m.deadline_jobs, m.guarantee_violations
 
 
-def versus(key: str, ours: int, total: int, best: tuple[str, float]) -> None:
-    """Print qosflow's count over the best baseline's (ratios compare on the same jobs)."""
+def versus(key: str, ours: int, total: int, best: tuple[str, float]) -> float:
+    """Print and return qosflow's count over the best baseline's (on the same jobs)."""
     name, ratio = best
+    score = ours / max(ratio * total, 1e-9)
     say(f"{key}.best_baseline", f"{name} ({ratio:.3f})")
-    say(f"{key}.qosflow_vs_best_baseline", f"{ours / max(ratio * total, 1e-9):.3f}")
+    say(f"{key}.qosflow_vs_best_baseline", f"{score:.3f}")
+    return score
 
 
 def seed_paper() -> None:
@@ -125,25 +123,13 @@ def seed_paper() -> None:
         say(f"seed.{regime}.wall_s", f"{time.perf_counter() - start:.0f}")
 
 
-def reference_ratios() -> dict[str, float]:
-    """ElasticFlow's own simulator (``ef-accessctrl``) per reference trace path."""
-    path = elasticflow_dir() / "reference_results" / "artifact_ddl_ratio.csv"
-    with path.open(newline="", encoding="utf-8") as handle:
-        return {
-            r["trace"]: float(r["ddl_satis_ratio"])
-            for r in csv.DictReader(handle)
-            if r["policy_flag"] == "ef-accessctrl"
-        }
-
-
 def everywhere(quick: bool) -> None:
     """Section 2: every reference setting and the fidelity set."""
-    published = reference_ratios()
     rows: list[tuple[str, Path, str, str, int, dict[str, float]]] = []
     for key, trace, cluster, gpu, slot, ef_ref, _ in SETTINGS:
         if quick and key in LARGE:
             continue
-        ref = {"elasticflow-artifact": published.get(trace, ef_ref)}
+        ref = {"elasticflow-artifact": ef_ref}  # REFERENCE.md's ratio
         rows.append((key, elasticflow_dir() / trace, cluster, gpu, slot, ref))
     summary = elasticflow_dir() / "fidelity" / "summary.csv"
     with summary.open(newline="", encoding="utf-8") as handle:
@@ -165,8 +151,7 @@ def everywhere(quick: bool) -> None:
         best = max(ratios.items(), key=lambda kv: kv[1])
         say(f"{key}.qosflow_ratio", f"{met / total:.3f}")
         say(f"{key}.qosflow_violations", viol)
-        versus(key, met, total, best)
-        score = met / max(best[1] * total, 1e-9)
+        score = versus(key, met, total, best)
         if score < worst[1]:
             worst = (key, score)
     say("everywhere.worst_qosflow_vs_best_baseline", f"{worst[1]:.3f} ({worst[0]})")
