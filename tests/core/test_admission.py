@@ -194,6 +194,28 @@ def test_a_guarantee_is_backed_by_a_fill_that_succeeds(
     assert verdict.units in new.levels
 
 
+@PROPS
+@given(scenarios())
+def test_the_same_guarantees_asked_again_answer_as_the_first_time(
+    sc: tuple[Candidate, list[Candidate], int],
+) -> None:
+    """The guarantees' view is reused between questions: never one made for other inputs."""
+    new, admitted, capacity = sc
+    first = admit(new, admitted, capacity=capacity, now=NOW, slot_s=SLOT)
+    later = admit(new, admitted, capacity=capacity, now=NOW + SLOT, slot_s=SLOT)
+    fresh_later = admit(
+        new,
+        [dataclasses.replace(c) for c in admitted],
+        capacity=capacity,
+        now=NOW + SLOT,
+        slot_s=SLOT,
+    )
+    assert later == fresh_later
+    assert admit(new, admitted, capacity=capacity, now=NOW, slot_s=SLOT) == first
+    asked_about_itself = [*admitted, dataclasses.replace(new, guaranteed=True)]
+    assert admit(new, asked_about_itself, capacity=capacity, now=NOW, slot_s=SLOT) == first
+
+
 @st.composite
 def running_scenarios(draw: st.DrawFn) -> tuple[Candidate, list[Candidate], int]:
     """Like :func:`scenarios`, but some guaranteed jobs are running (at most the capacity)."""

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from qosflow.core.decide import (
@@ -49,6 +49,47 @@ def test_minimal_share_is_the_smallest_level_meeting_deadline_minus_margin(job, 
     belief = oracle_belief(CURVE, LEVELS)
     assert minimal_share(belief, snap(job, t0)) == 4
     assert minimal_share(belief, snap(job, t0, after=7100.0)) is None
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    after=st.floats(0.0, 7300.0),
+    done=st.integers(0, 20_000),
+    units=st.sampled_from(LEVELS),
+    queued=st.booleans(),
+    factor=st.floats(1.0, 2.0),
+)
+def test_minimal_share_is_the_first_level_whose_predicted_finish_is_in_time(
+    job, t0, after, done, units, queued, factor
+) -> None:
+    belief = Belief(
+        CURVE,
+        TableCurve({n: x / factor for n, x in CURVE.throughput_by_units.items()}),
+        LEVELS,
+        16,
+    )
+    sn = snap(job, t0, after=after, done=done, units=units, queued=queued)
+    target = job.deadline - margin_for(job, sn.now)
+    want = next(
+        (
+            n
+            for n in LEVELS
+            if predict(
+                belief,
+                now=sn.now,
+                steps_done=done,
+                total_steps=job.total_steps,
+                units=n,
+                current_units=units,
+                overhead_s=0.0 if queued else 30.0,
+            ).conservative_finish
+            <= target
+        ),
+        None,
+    )
+    assert minimal_share(belief, sn) == want
 
 
 def test_scale_up_at_once_when_the_units_are_free(job, t0) -> None:

@@ -41,6 +41,14 @@ def test_conformal_factor_is_the_rank_ceil_coverage_m_plus_1() -> None:
     assert calibrate([(100.0, 50.0)] * 30).factor == 1.0  # never below the median
 
 
+def test_conformal_factor_from_an_array_is_the_factor_from_its_pairs() -> None:
+    rng = np.random.default_rng(11)
+    pairs = [(float(p), float(r)) for p, r in rng.uniform(-5.0, 100.0, (300, 2))]
+    pairs += [(math.inf, 3.0), (math.nan, 1.0), (4.0, math.nan), (2.0, -1.0)]
+    assert calibrate(np.array(pairs)) == calibrate(pairs)
+    assert calibrate(np.empty((0, 2))) == calibrate([])
+
+
 def test_conformal_factor_covers_held_out_ratios() -> None:
     rng = np.random.default_rng(3)
     realised = rng.lognormal(0.02, 0.08, 4000)

@@ -19,6 +19,7 @@ for the first 240, then double every 120; every effective deadline is a slot edg
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -206,11 +207,34 @@ def _slot0(jobs: Sequence[FillJob], placed: Mapping[str, Placement]) -> dict[str
 
 @dataclass(frozen=True, slots=True)
 class _Setup:
-    healthy: list[FillJob]  # in deadline order
+    healthy: Sequence[FillJob]  # in deadline order
     fresh: FillJob
     tl: Timeline
     energy: _Energy
     at_risk: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Base:
+    """The guaranteed jobs readied for admission: what every newcomer is tested against."""
+
+    count: int
+    healthy: tuple[FillJob, ...]  # in deadline order
+    at_risk: tuple[str, ...]
+    energy: _Energy
+    pinned: int
+
+
+@functools.lru_cache(maxsize=4)
+def _base(others: tuple[Candidate, ...], capacity: int, now: float, util: float) -> _Base:
+    """The guaranteed jobs' fill view and energy test (cached: one decision asks many times)."""
+    if len({c.name for c in others}) < len(others):
+        raise SpecError("admitted", "guaranteed jobs must have unique names")
+    jobs = [fill_job(c, capacity, i) for i, c in enumerate(others)]
+    healthy = tuple(edf([j for j in jobs if j.alone_s <= j.due - now]))
+    at_risk = tuple(j.name for j in jobs if j.alone_s > j.due - now)
+    energy = _Energy(healthy, now, util * capacity)
+    return _Base(len(jobs), healthy, at_risk, energy, sum(j.pin_units for j in healthy))
 
 
 def _setup(
@@ -221,18 +245,14 @@ def _setup(
     slot_s: float,
     util: float,
 ) -> _Setup:
-    others = [c for c in admitted if c.guaranteed and c.name != new.name and c.remaining_steps > 0]
-    if len({c.name for c in others}) < len(others):
-        raise SpecError("admitted", "guaranteed jobs must have unique names")
-    jobs = [fill_job(c, capacity, i) for i, c in enumerate(others)]
-    healthy = edf([j for j in jobs if j.alone_s <= j.due - now])
-    at_risk = tuple(j.name for j in jobs if j.alone_s > j.due - now)
-    fresh = fill_job(new, capacity, len(jobs))
-    latest = max([j.due for j in healthy] + [fresh.due, now])
-    horizon = latest + 1.01 * min(fresh.alone_s, 1e9) + slot_s
-    edges = timeline(now, horizon, slot_s, [j.due for j in healthy] + [fresh.due])
-    tl = Timeline(edges, capacity, slot_s, sum(j.pin_units for j in [*healthy, fresh]))
-    return _Setup(healthy, fresh, tl, _Energy(healthy, now, util * capacity), at_risk)
+    others = (c for c in admitted if c.guaranteed and c.name != new.name and c.remaining_steps > 0)
+    base = _base(tuple(others), capacity, now, util)
+    fresh = fill_job(new, capacity, base.count)
+    dues = base.energy.dues
+    horizon = max([*dues[-1:], fresh.due, now]) + 1.01 * min(fresh.alone_s, 1e9) + slot_s
+    edges = timeline(now, horizon, slot_s, [*dues, fresh.due])
+    tl = Timeline(edges, capacity, slot_s, base.pinned + fresh.pin_units)
+    return _Setup(base.healthy, fresh, tl, base.energy, base.at_risk)
 
 
 def _offer(

@@ -175,13 +175,24 @@ def _at(belief: Belief, snap: JobSnapshot, n: int) -> Prediction:
 
 
 def minimal_share(belief: Belief, snap: JobSnapshot) -> int | None:
-    """Smallest level up to the knee whose conservative finish is by ``deadline - margin``."""
+    """Smallest level up to the knee whose conservative finish is by ``deadline - margin``.
+
+    The finish is :func:`_at`'s conservative one, computed here without building a
+    :class:`~qosflow.core.predict.Prediction` per level (the allocator asks for every job at
+    every decision).
+    """
     belief = _within_spec(belief, snap.spec)
     target = snap.spec.deadline - margin_for(snap.spec, snap.now)
+    remaining = max(snap.spec.total_steps - snap.steps_done, 0)
+    if remaining == 0:
+        return belief.levels[0] if snap.now <= target and belief.levels[0] <= belief.knee else None
+    overhead = 0.0 if snap.queued else snap.rescale_overhead_s
+    step_time = belief.conservative.step_time
     for n in belief.levels:
         if n > belief.knee:
             break
-        if _at(belief, snap, n).conservative_finish <= target:
+        start = snap.now + (overhead if n != snap.units else 0.0)
+        if float(start + remaining * step_time(n)) <= target:
             return n
     return None
 

@@ -41,7 +41,9 @@ class Calibration:
     n: int = 0
 
 
-def calibrate(pairs: Sequence[tuple[float, float]], *, coverage: float = 0.9) -> Calibration:
+def calibrate(
+    pairs: Sequence[tuple[float, float]] | FloatArray, *, coverage: float = 0.9
+) -> Calibration:
     """Learn the conformal factor from logged (predicted remaining s, realised remaining s) pairs.
 
     The factor is the ``ceil(coverage * (m + 1))``-th smallest of the ``m`` ratios realised /
@@ -50,14 +52,14 @@ def calibrate(pairs: Sequence[tuple[float, float]], *, coverage: float = 0.9) ->
     conservative finish never precedes the median.
 
     Args:
-        pairs: (predicted, realised) remaining seconds; pairs with a non-positive or non-finite
-            prediction are ignored.
+        pairs: (predicted, realised) remaining seconds, as pairs or an ``(m, 2)`` array; pairs
+            with a non-positive or non-finite prediction are ignored.
         coverage: Target share of realised times at or below the inflated prediction.
     """
-    ratios = np.array(
-        [r / p for p, r in pairs if p > 0 and math.isfinite(p) and math.isfinite(r) and r >= 0],
-        dtype=np.float64,
-    )
+    both = np.asarray(pairs, dtype=np.float64).reshape(-1, 2)
+    p, r = both[:, 0], both[:, 1]
+    keep = (p > 0) & np.isfinite(p) & np.isfinite(r) & (r >= 0)
+    ratios = r[keep] / p[keep]
     m = int(ratios.size)
     if m == 0:
         return Calibration()

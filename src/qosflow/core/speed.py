@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -145,13 +145,19 @@ class TableCurve:
     """Oracle speeds (e.g. an ElasticFlow throughput table): steps per second by units."""
 
     throughput_by_units: Mapping[int, float]
+    _taus: dict[int, float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        taus = {
+            n: 1.0 / x
+            for n, x in self.throughput_by_units.items()
+            if math.isfinite(x) and x > 0  # the planners ask millions of times: divide once
+        }
+        object.__setattr__(self, "_taus", taus)
 
     def step_time(self, n: int) -> float:
         """Seconds per step; ``inf`` where the table has no (positive) value."""
-        x = self.throughput_by_units.get(n)
-        if x is None or not math.isfinite(x) or x <= 0:
-            return math.inf
-        return 1.0 / x
+        return self._taus.get(n, math.inf)
 
 
 def knee(curve: SpeedCurve, levels: Sequence[int]) -> int:

@@ -8,6 +8,7 @@ sizes in decreasing order this never fragments.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -29,16 +30,16 @@ def buddy_place(
     for job_id, k in sorted(sizes, key=lambda s: -s[1]):
         if k >= node_size:
             want = math.ceil(k / node_size)
-            free = [n for n in range(nodes) if used[n] == 0][:want]
+            free = list(itertools.islice((n for n in range(nodes) if used[n] == 0), want))
             if len(free) < want:
                 raise ClusterError(f"placement: no {want} free nodes for {job_id} ({k} units)")
             for n in free:
                 used[n] = node_size
             out[job_id] = (tuple(free), free[0] * node_size)
             continue
-        partly = [n for n in range(nodes) if 0 < used[n] <= node_size - k]
-        empty = [n for n in range(nodes) if used[n] == 0]
-        pick = partly[0] if partly else (empty[0] if empty else None)
+        pick = next((n for n in range(nodes) if 0 < used[n] <= node_size - k), None)
+        if pick is None:
+            pick = next((n for n in range(nodes) if used[n] == 0), None)
         if pick is None:
             raise ClusterError(f"placement: no node has {k} free units for {job_id}")
         out[job_id] = ((pick,), pick * node_size + used[pick])

@@ -103,10 +103,12 @@ class ElasticFlowOverhead:
         """Overhead for a run with this slot (the artifact reuses the slot as restart period)."""
         self.slot, self.node_size = slot, node_size
         self._seen: set[tuple[int, int]] = set()
+        self._ranks: tuple[tuple[int, tuple[tuple[str, int], ...]], dict[str, int]] = ((0, ()), {})
 
     def reset(self) -> None:
         """Forget the rank sets seen (start of a run)."""
         self._seen = set()
+        self._ranks = ((0, ()), {})
 
     def charge(self, placed: tuple[Placed, ...], *, decision: int, capacity: int) -> dict[str, int]:
         """Overhead in seconds per running job."""
@@ -115,9 +117,11 @@ class ElasticFlowOverhead:
         restart = decision > 0 and decision % self.slot == 0
         out: dict[str, int] = {}
         nodes = max(1, capacity // self.node_size)
-        ranks = artifact_ranks(
-            tuple((p.job_id, p.units) for p in placed), nodes=nodes, node_size=self.node_size
-        )
+        sizes = (nodes, tuple((p.job_id, p.units) for p in placed))
+        if self._ranks[0] != sizes:  # a third of decisions change nobody's size: place once
+            ranks = artifact_ranks(sizes[1], nodes=nodes, node_size=self.node_size)
+            self._ranks = (sizes, ranks)
+        ranks = self._ranks[1]
         for p in sorted(placed, key=lambda q: ranks.get(q.job_id, q.first_rank)):
             key = (ranks.get(p.job_id, p.first_rank), p.units)
             if key in self._seen:

@@ -18,9 +18,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from qosflow.core.allocation import ratchet
 from qosflow.core.allocator import ClusterInput, JobInput, JobState, allocate
 from qosflow.core.predict import Belief, Calibration, calibrate
+from qosflow.core.spec import JobSpec
+from qosflow.core.speed import FloatArray
 from qosflow.sim.adapter import belief_of, job_spec
 from qosflow.sim.policy import JobView, NoOverhead, OverheadModel, SlotDecision, SlotSnapshot
 
@@ -68,11 +72,13 @@ class QosflowPolicy:
     recalibrate: bool = True
     _states: dict[str, JobState] = field(default_factory=dict)
     _ran: dict[str, tuple[float, float, float]] = field(default_factory=dict)
-    _pairs: list[tuple[float, float]] = field(default_factory=list)
+    _pairs: FloatArray = field(default_factory=lambda: np.empty((CALIBRATION_WINDOW, 2)))
+    _logged: int = 0
     _oracle_factor: Calibration | None = None
     _beliefs: dict[tuple[int, tuple[int, ...], float | None], tuple[object, Belief]] = field(
         default_factory=dict
     )
+    _specs: dict[str, tuple[object, float, JobSpec]] = field(default_factory=dict)
 
     def _belief(self, view: JobView, levels: tuple[int, ...], factor: float | None) -> Belief:
         """:func:`belief_of` at ``factor`` (``None``: as the speeds are), built once per table.
@@ -92,13 +98,22 @@ class QosflowPolicy:
         self._beliefs[key] = (view.speeds, belief)
         return belief
 
+    def _spec(self, view: JobView, snap: SlotSnapshot) -> JobSpec:
+        """:func:`job_spec` of the view, built once per job and speed table.
+
+        Everything a spec holds is fixed for the job's life except its levels, which come from
+        the view's speeds; the entry keeps the speeds object, so a new table builds a new spec.
+        """
+        margin = max(self.margin_s, snap.slot + self.rescale_overhead_s)
+        hit = self._specs.get(view.job_id)
+        if hit is not None and hit[0] is view.speeds and hit[1] == margin:
+            return hit[2]
+        spec = job_spec(view, node_size=snap.node_size, margin_s=margin, dwell_s=self.dwell_s)
+        self._specs[view.job_id] = (view.speeds, margin, spec)
+        return spec
+
     def _input(self, view: JobView, snap: SlotSnapshot) -> JobInput:
-        spec = job_spec(
-            view,
-            node_size=snap.node_size,
-            margin_s=max(self.margin_s, snap.slot + self.rescale_overhead_s),
-            dwell_s=self.dwell_s,
-        )
+        spec = self._spec(view, snap)
         levels = spec.resources.levels
         factor = None if self.calibration is None else self.calibration.factor
         return JobInput(
@@ -130,6 +145,7 @@ class QosflowPolicy:
             )
         )
         self._states = {name: a.state for name, a in out.jobs.items()}
+        self._specs = {k: v for k, v in self._specs.items() if k in self._states}
         inflation = max(self.calibration.factor, 1.0) if self.calibration is not None else 1.0
         views = {v.job_id: v for v in snap.jobs}
         beliefs = {j.spec.name: j.belief for j in inputs}
@@ -162,18 +178,23 @@ class QosflowPolicy:
         """
         if self.calibration is None and not self.recalibrate:
             return
+        logged = self._logged
         for view in snap.jobs:
             last = self._ran.get(view.job_id)
             if last is None or view.done <= last[1] or not 0.0 < last[2] < math.inf:
                 continue
-            self._pairs.append(((view.done - last[1]) * last[2], float(snap.now) - last[0]))
-        del self._pairs[: max(len(self._pairs) - CALIBRATION_WINDOW, 0)]
+            # a ring of the most recent pairs (their order does not matter to a quantile)
+            self._pairs[self._logged % CALIBRATION_WINDOW] = (
+                (view.done - last[1]) * last[2],
+                float(snap.now) - last[0],
+            )
+            self._logged += 1
         needed = (
             CALIBRATION_MIN_PAIRS if self.calibration is None else CALIBRATION_MIN_PAIRS_LEARNED
         )
-        if len(self._pairs) < needed:
-            return
-        learnt = calibrate(self._pairs)
+        if self._logged < needed or self._logged == logged:
+            return  # too few pairs, or none new since the last factor (it would be the same)
+        learnt = calibrate(self._pairs[: min(self._logged, CALIBRATION_WINDOW)])
         if self.calibration is None:  # oracle speeds: inflate only what is promised
             self._oracle_factor = ratchet(self._oracle_factor, learnt)
         else:
