@@ -48,7 +48,7 @@ SETTINGS = (
         60,
     ),
     ("100jobs", "generated/100jobs_1500lam.csv", "16x8", "A100", 240),
-    ("cluster01", f"{MS}/cluster01.csv", "64x8", "A100", 60),
+    ("cluster01", f"{MS}/cluster01.csv", "n64g8", "A100", 60),
 )
 LARGE = {"cluster01"}
 

@@ -47,7 +47,8 @@ SETTINGS: tuple[tuple[str, str, str, str, int, float, float], ...] = (
         142 / 195,
         23 / 195,
     ),
-    ("cluster01", f"{MS}/cluster01.csv", "64x8", "A100", 60, 1352 / 1595, 298 / 1595),
+    # n64g8 is two switches of 32 nodes (node ids restart per switch, which the placement sees)
+    ("cluster01", f"{MS}/cluster01.csv", "n64g8", "A100", 60, 1352 / 1595, 298 / 1595),
 )
 ARTIFACT_CLUSTER01_WALL_S = 1345.0
 

@@ -233,6 +233,27 @@ def test_artifact_overhead_charges_new_rank_sets_and_restarts() -> None:
     assert big.charge(placed, decision=3, capacity=256) == {"a": 7 + 47 + 8, "b": 7 + 47 + 2}
 
 
+def test_artifact_overhead_on_two_switches_follows_its_free_node_order() -> None:
+    from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
+    from qosflow.sim.policy import Placed
+
+    # 2 switches x 2 nodes x 8: node ids restart per switch, and the artifact sorts its free list
+    # by that id, so a released node goes behind the other switch's node of the same id
+    placed = (Placed("a", 8, 0, (0,), 0),)
+    one, two = ElasticFlowOverhead(slot=100), ElasticFlowOverhead(slot=100, switches=2)
+    assert [one.charge(placed, decision=d, capacity=32) for d in range(3)] == [
+        {"a": 10},
+        {"a": 2},
+        {"a": 2},
+    ]
+    # decision 1: free list s1n0, s0n0, ... -> rank 16, a new rank set; decision 2: back on s0n0
+    assert [two.charge(placed, decision=d, capacity=32) for d in range(3)] == [
+        {"a": 10},
+        {"a": 10},
+        {"a": 2},
+    ]
+
+
 def test_learned_mode_shows_policies_fitted_speeds_not_the_truth(tmp_path: Path) -> None:
     from qosflow.sim.policy import SlotDecision, SlotSnapshot
 

@@ -20,6 +20,7 @@ import dataclasses
 import importlib
 import math
 import os
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,7 +48,14 @@ from qosflow.sim.policy import (
     StepLatency,
 )
 from qosflow.sim.report import PolicyRun, write_all
-from qosflow.sim.trace import ClusterShape, ThroughputTable, TraceJob, load_throughputs, load_trace
+from qosflow.sim.trace import (
+    ClusterShape,
+    ThroughputTable,
+    TraceJob,
+    load_cluster_spec,
+    load_throughputs,
+    load_trace,
+)
 from qosflow.sim.workload import generate, parse_knobs, seed_table
 
 DEFAULT_POLICIES = "k8s-default,edf-elastic,xing19,elasticflow,elasticflow-exact,qosflow"
@@ -87,7 +95,10 @@ def load_workload(trace: str, cluster: str | None, gpu_type: str, seed: int) -> 
         return Workload(jobs, seed_table(w), shape, f"seed-paper CPU workload ({knobs_text})")
     table = load_throughputs(Path(gpu_type) if Path(gpu_type).is_dir() else gpu_type)
     jobs = load_trace(trace, table)
-    shape = ClusterShape.parse(cluster or "16x8")
+    if cluster and re.fullmatch(r"n\d+g\d+", cluster):  # the artifact's spec (with its switches)
+        shape = load_cluster_spec(cluster)
+    else:
+        shape = ClusterShape.parse(cluster or "16x8")
     return Workload(jobs, table, shape, Path(trace).name)
 
 
@@ -204,6 +215,7 @@ def run_policy(
         seed=seed,
         speeds="learned" if speeds == "learned" else "oracle",
         noise=Noise(sigma=sigma),
+        switches=w.shape.switches,
     )
     start = time.perf_counter()
     result = simulate(w.jobs, w.table, metered, config)
@@ -379,7 +391,11 @@ def bound_cmd(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", required=True, help="trace CSV, or seed[:knob=value,...]")
-    p.add_argument("--cluster", default=None, help="NODESxUNITS, e.g. 16x8 (seed: 4x16)")
+    p.add_argument(
+        "--cluster",
+        default=None,
+        help="NODESxUNITS, e.g. 16x8 (seed: 4x16), or an ElasticFlow spec name, e.g. n64g8",
+    )
     p.add_argument("--gpu-type", default="A100", help="A100, T4 or a throughputs_<X> folder")
     p.add_argument("--seed", type=int, default=1, help="seed of the generator and the noise")
 

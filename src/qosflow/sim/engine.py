@@ -44,6 +44,7 @@ class SimConfig:
         speeds: ``oracle`` (policies see the true tables) or ``learned`` (fitted models).
         noise: Noise of the true speeds.
         overhead: Overhead model; ``None`` uses the policy's own.
+        switches: Switches the nodes are spread over (ElasticFlow's placement replay reads it).
         completion: ``exact`` — a job completes when its iterations are done (to the second)
             and the next decision releases its units. ``artifact`` — ElasticFlow's simulator:
             the scheduler learns of a completion at the end of the slot it falls in (counted from
@@ -62,6 +63,7 @@ class SimConfig:
     noise: Noise = field(default_factory=Noise)
     overhead: OverheadModel | None = None
     completion: Completion | None = None
+    switches: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +317,7 @@ class _Run:
             arrivals=tuple(self.arrived),
             completed=tuple(self.completed),
             jobs=tuple(self.view(lv) for lv in self.live.values()),
+            switches=self.cfg.switches,
         )
         self.arrived, self.completed = [], []
         decision = self.policy.decide(snap)

@@ -95,6 +95,7 @@ class SlotSnapshot:
         arrivals: Ids of the jobs that arrived since the previous decision (in trace order).
         completed: Ids of the jobs that completed since the previous decision.
         jobs: Every active job (arrived, not finished, not refused), in arrival order.
+        switches: Switches the nodes are spread over (equal shares, node ids restart at each).
     """
 
     now: int
@@ -105,6 +106,7 @@ class SlotSnapshot:
     arrivals: tuple[str, ...]
     completed: tuple[str, ...]
     jobs: tuple[JobView, ...]
+    switches: int = 1
 
 
 @dataclass(frozen=True, slots=True)

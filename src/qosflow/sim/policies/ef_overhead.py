@@ -1,7 +1,8 @@
 """ElasticFlow's restart overhead as its artifact charges it (``ALGORITHM.md`` §5.6).
 
 The overhead depends on whether a job's GPU rank set was seen before, so it needs the ranks the
-artifact's buddy placement hands out (:func:`artifact_ranks`, a replay of its node-set classes).
+artifact's buddy placement hands out (:func:`artifact_ranks`, a replay of its node-set classes,
+and, on a cluster of several switches, of the order of its free-node list across decisions).
 """
 
 from __future__ import annotations
@@ -48,15 +49,22 @@ def _fit(groups: dict[int, list[_NodeSet]], cls: int, job: tuple[str, int], size
 
 
 def artifact_ranks(
-    sizes: tuple[tuple[str, int], ...], *, nodes: int, node_size: int
+    sizes: tuple[tuple[str, int], ...],
+    *,
+    nodes: int,
+    node_size: int,
+    free: list[int] | None = None,
+    sets: list[_NodeSet] | None = None,
 ) -> dict[str, int]:
     """First GPU rank of each job under the artifact's elastic placement (node classes).
 
     The artifact re-places every job from scratch at each decision, largest first, into node sets
     kept in classes by their free GPUs; the rank of a job is its position when the nodes are read
     in order (its ``scheduling_result``). Its overhead cache is keyed by these rank sets.
+    ``free`` is its free-node list in the order it pops from (default: reading order; it is
+    consumed), and ``sets``, when given, receives the node sets built.
     """
-    free_nodes = list(range(nodes))
+    free_nodes = list(range(nodes)) if free is None else free
     groups: dict[int, list[_NodeSet]] = {c: [] for c in _CLASSES}
     for job in sizes:
         k = job[1]
@@ -67,8 +75,11 @@ def artifact_ranks(
         want = max(1, math.ceil(k / node_size))
         if want > len(free_nodes):
             continue
-        taken, free_nodes = free_nodes[:want], free_nodes[want:]
+        taken = free_nodes[:want]
+        del free_nodes[:want]
         _reclass(groups, _NodeSet(taken, want * node_size, k, [job]), node_size, k)
+    if sets is not None:
+        sets.extend(ns for c in _CLASSES for ns in groups[c])
     return _read_ranks(groups, nodes, node_size)
 
 
@@ -99,16 +110,46 @@ class ElasticFlowOverhead:
     ``slot``-th decision, when the rank-set cache is also cleared).
     """
 
-    def __init__(self, slot: int, node_size: int = 8) -> None:
+    def __init__(self, slot: int, node_size: int = 8, switches: int = 1) -> None:
         """Overhead for a run with this slot (the artifact reuses the slot as restart period)."""
-        self.slot, self.node_size = slot, node_size
+        self.slot, self.node_size, self.switches = slot, node_size, switches
         self._seen: set[tuple[int, int]] = set()
         self._ranks: tuple[tuple[int, tuple[tuple[str, int], ...]], dict[str, int]] = ((0, ()), {})
+        self.release_order: tuple[str, ...] = ()
+        self._free: list[int] | None = None
+        self._sets: list[_NodeSet] = []
 
     def reset(self) -> None:
-        """Forget the rank sets seen (start of a run)."""
+        """Forget the rank sets seen and the node lists (start of a run)."""
         self._seen = set()
         self._ranks = ((0, ()), {})
+        self._free, self._sets = None, []
+
+    def _free_order(self, nodes: int) -> list[int]:
+        """The artifact's free-node list when it places (node = switch * per_switch + id).
+
+        Before it places, the artifact releases every placed job: those that ended, then the
+        others in deadline order (``release_order``, set by the policy). A node set emptied by a
+        release is appended to the free list, which is then sorted stably by the node's id within
+        its switch. On one switch that is reading order every time. On several, equal ids of
+        different switches alternate, in the order their nodes were freed (n64g8: 2 x 32 nodes).
+        """
+        if self._free is None:
+            return list(range(nodes))
+        per_switch = max(1, nodes // self.switches)
+        free = list(self._free)
+        owner = {job_id: ns for ns in self._sets for job_id, _ in ns.jobs}
+        util = {id(ns): ns.util for ns in self._sets}
+        order = [j for j in self.release_order if j in owner]
+        listed = set(order)
+        order += [j for ns in self._sets for j, _ in ns.jobs if j not in listed]
+        for job_id in order:
+            ns = owner[job_id]
+            util[id(ns)] -= dict(ns.jobs)[job_id]
+            if util[id(ns)] == 0:
+                free += ns.nodes
+                free.sort(key=lambda n: n % per_switch)
+        return free
 
     def charge(self, placed: tuple[Placed, ...], *, decision: int, capacity: int) -> dict[str, int]:
         """Overhead in seconds per running job."""
@@ -118,7 +159,13 @@ class ElasticFlowOverhead:
         out: dict[str, int] = {}
         nodes = max(1, capacity // self.node_size)
         sizes = (nodes, tuple((p.job_id, p.units) for p in placed))
-        if self._ranks[0] != sizes:  # a third of decisions change nobody's size: place once
+        if self.switches > 1:  # the free-node order carries over decisions: place every time
+            free, sets = self._free_order(nodes), list[_NodeSet]()
+            ranks = artifact_ranks(
+                sizes[1], nodes=nodes, node_size=self.node_size, free=free, sets=sets
+            )
+            self._free, self._sets, self._ranks = free, sets, (sizes, ranks)
+        elif self._ranks[0] != sizes:  # a third of decisions change nobody's size: place once
             ranks = artifact_ranks(sizes[1], nodes=nodes, node_size=self.node_size)
             self._ranks = (sizes, ranks)
         ranks = self._ranks[1]

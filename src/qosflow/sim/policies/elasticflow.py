@@ -160,7 +160,17 @@ class ElasticFlow:
     def decide(self, snap: SlotSnapshot) -> SlotDecision:
         """One ElasticFlow decision."""
         views = {v.job_id: v for v in snap.jobs}
-        self.overhead.node_size = snap.node_size
+        self.overhead.node_size, self.overhead.switches = snap.node_size, snap.switches
+        # the artifact releases every placed job before it re-places: those that ended, then the
+        # others in deadline order (its estimate_all_jobs); the overhead model replays the nodes
+        ended = set(snap.completed)
+        self.overhead.release_order = tuple(
+            [j for j in self._runnable if j in ended]
+            + sorted(
+                (j for j in self._runnable if j not in ended and j in self._jobs),
+                key=lambda j: self._jobs[j].ddl,
+            )
+        )
         for v in snap.jobs:
             self._job(v)
         left = {j: views[j].remaining for j in views}
