@@ -78,7 +78,7 @@ class QosflowPolicy:
     _beliefs: dict[tuple[int, tuple[int, ...], float | None], tuple[object, Belief]] = field(
         default_factory=dict
     )
-    _specs: dict[str, tuple[object, float, JobSpec]] = field(default_factory=dict)
+    _specs: dict[str, tuple[object, tuple[float, ...], JobSpec]] = field(default_factory=dict)
 
     def _belief(self, view: JobView, levels: tuple[int, ...], factor: float | None) -> Belief:
         """:func:`belief_of` at ``factor`` (``None``: as the speeds are), built once per table.
@@ -102,14 +102,16 @@ class QosflowPolicy:
         """:func:`job_spec` of the view, built once per job and speed table.
 
         Everything a spec holds is fixed for the job's life except its levels, which come from
-        the view's speeds; the entry keeps the speeds object, so a new table builds a new spec.
+        the view's speeds; the entry keeps the speeds object, so a new table builds a new spec
+        (and so does any other change to what the spec is made of).
         """
         margin = max(self.margin_s, snap.slot + self.rescale_overhead_s)
+        made_of = (margin, snap.node_size, view.deadline, view.total, view.max_units)
         hit = self._specs.get(view.job_id)
-        if hit is not None and hit[0] is view.speeds and hit[1] == margin:
+        if hit is not None and hit[0] is view.speeds and hit[1] == made_of:
             return hit[2]
         spec = job_spec(view, node_size=snap.node_size, margin_s=margin, dwell_s=self.dwell_s)
-        self._specs[view.job_id] = (view.speeds, margin, spec)
+        self._specs[view.job_id] = (view.speeds, made_of, spec)
         return spec
 
     def _input(self, view: JobView, snap: SlotSnapshot) -> JobInput:
