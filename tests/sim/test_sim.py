@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qosflow.core.errors import ClusterError, TraceError
+from qosflow.core.errors import ClusterError, SpecError, TraceError
 from qosflow.sim.engine import SimConfig, SimResult, simulate
 from qosflow.sim.placement import buddy_place
 from qosflow.sim.policies.edf_elastic import EdfElastic
@@ -15,6 +15,7 @@ from qosflow.sim.policies.elasticflow import ElasticFlow
 from qosflow.sim.policies.k8s_default import K8sDefault
 from qosflow.sim.trace import (
     ClusterShape,
+    cluster_shape,
     elasticflow_dir,
     load_cluster_spec,
     load_throughputs,
@@ -194,6 +195,13 @@ def test_tables_caps_and_cluster_specs() -> None:
         and load_cluster_spec("n64g8").total == 512
     )
     assert ClusterShape.parse("16x8").total == 128
+
+
+def test_a_cluster_is_nodes_x_units_or_an_artifact_spec_with_its_switches() -> None:
+    assert cluster_shape("n64g8") == ClusterShape(2, 32, 8)  # what cluster01 ran on
+    assert cluster_shape("64x8") == ClusterShape(1, 64, 8)
+    with pytest.raises(SpecError, match=r"cluster: must look like 16x8 .* such as n64g8"):
+        cluster_shape("64-8")
 
 
 # ElasticFlow planner and overhead ------------------------------------------------------------

@@ -20,7 +20,6 @@ import dataclasses
 import importlib
 import math
 import os
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,7 +51,7 @@ from qosflow.sim.trace import (
     ClusterShape,
     ThroughputTable,
     TraceJob,
-    load_cluster_spec,
+    cluster_shape,
     load_throughputs,
     load_trace,
 )
@@ -95,10 +94,7 @@ def load_workload(trace: str, cluster: str | None, gpu_type: str, seed: int) -> 
         return Workload(jobs, seed_table(w), shape, f"seed-paper CPU workload ({knobs_text})")
     table = load_throughputs(Path(gpu_type) if Path(gpu_type).is_dir() else gpu_type)
     jobs = load_trace(trace, table)
-    if cluster and re.fullmatch(r"n\d+g\d+", cluster):  # the artifact's spec (with its switches)
-        shape = load_cluster_spec(cluster)
-    else:
-        shape = ClusterShape.parse(cluster or "16x8")
+    shape = cluster_shape(cluster or "16x8")  # an artifact spec name carries its switches
     return Workload(jobs, table, shape, Path(trace).name)
 
 

@@ -252,6 +252,25 @@ class ClusterShape:
         return cls(1, int(parts[0]), int(parts[1]))
 
 
+def cluster_shape(text: str) -> ClusterShape:
+    """``NODESxUNITS`` (one switch), or the name of one of the artifact's specs (``n64g8``).
+
+    Raises:
+        SpecError: When ``text`` is neither.
+        TraceError: When a named spec is missing or malformed.
+    """
+    if _CLUSTER_NAME.match(text):
+        return load_cluster_spec(text)
+    try:
+        return ClusterShape.parse(text)
+    except SpecError:
+        raise SpecError(
+            "cluster",
+            f"must look like 16x8 (nodes x units per node) or name an ElasticFlow cluster spec "
+            f"such as n64g8, got {text!r}",
+        ) from None
+
+
 def _rows(path: Path | Traversable) -> Iterator[tuple[int, dict[str, str]]]:
     """Yield (line number, row) of a CSV file with a header; the header is line 1."""
     reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
