@@ -13,7 +13,8 @@ ElasticFlow artifact does (see its ``README.md`` and ``ALGORITHM.md``):
 
 Every bad row raises :class:`~qosflow.core.errors.TraceError` naming the file, the line and the column.
 Files are UTF-8, with or without a byte-order mark, or UTF-16 with a byte-order mark (what
-spreadsheet programs save); another encoding is refused naming the first bad byte's line.
+spreadsheet programs save); another encoding is refused naming the first bad byte's line
+(:mod:`qosflow.sim.text`).
 
 Where the data comes from: the throughput tables, the cluster specs and the small traces
 (``195job``, ``100jobs_1500lam``, ``elasticVpollux_e``) are package data of ``qosflow.sim``
@@ -29,7 +30,6 @@ from ``shared/``: :func:`shared_dir` is the one place that knows where it lives
 
 from __future__ import annotations
 
-import codecs
 import csv
 import io
 import math
@@ -44,6 +44,7 @@ from types import MappingProxyType
 from typing import Literal
 
 from qosflow.core.errors import SpecError, TraceError
+from qosflow.sim.text import read_text
 
 GpuType = Literal["A100", "T4"]
 LEVEL_COLUMNS = (1, 2, 4, 8, 16, 32, 64)
@@ -281,70 +282,6 @@ def _rows(path: Path | Traversable) -> Iterator[tuple[int, dict[str, str]]]:
             yield reader.line_num, {k.strip(): (v or "").strip() for k, v in row.items() if k}
     except csv.Error as exc:  # raised before line_num counts the record's first line
         raise TraceError(str(path), reader.line_num + 1, "", f"not valid CSV ({exc})") from None
-
-
-def read_text(path: Path | Traversable) -> str:
-    """The text of a trace, table or cluster-spec file (see :func:`decode_text`).
-
-    Raises:
-        TraceError: Naming the file when it cannot be read or decoded.
-    """
-    try:
-        with path.open("rb") as raw:
-            data = raw.read()
-    except OSError as exc:
-        raise TraceError(str(path), 0, "", f"cannot read file ({exc.strerror or exc})") from None
-    return decode_text(str(path), data)
-
-
-def decode_text(name: str, data: bytes) -> str:
-    """Decode a file's bytes: UTF-8 (with or without a byte-order mark) or UTF-16 with one.
-
-    Spreadsheet programs save CSV as UTF-8 with a BOM or as UTF-16 with a BOM; both are read.
-    Anything else is refused with the encoding rule and the line (and column) of the first
-    offending byte, rather than read as garbage column names.
-
-    Args:
-        name: The file's name, for messages.
-        data: Its bytes.
-
-    Raises:
-        TraceError: For UTF-32, NUL bytes (UTF-16 without a BOM, or a binary file) and bytes
-            that are not valid in the encoding.
-    """
-    if data.startswith((codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)):
-        raise TraceError(name, 1, "", "the file is UTF-32 text; save it as UTF-8")
-    encoding = "utf-16" if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else "utf-8"
-    if encoding == "utf-8" and b"\0" in data:
-        line, column = _position(data, data.index(b"\0"), encoding)
-        raise TraceError(
-            name,
-            line,
-            column,
-            "contains NUL bytes (UTF-16 without a byte-order mark, or not a text file); "
-            "save it as UTF-8",
-        )
-    try:
-        return data.decode("utf-8-sig" if encoding == "utf-8" else encoding)
-    except UnicodeDecodeError as exc:
-        line, column = _position(data, exc.start, encoding)
-        what = "UTF-8" if encoding == "utf-8" else "UTF-16, though it starts with a UTF-16 BOM"
-        bad = " ".join(f"0x{byte:02x}" for byte in data[exc.start : exc.end])
-        raise TraceError(
-            name, line, column, f"not valid {what} (byte {bad}); save the file as UTF-8"
-        ) from None
-
-
-def _position(data: bytes, offset: int, encoding: str) -> tuple[int, str]:
-    """(line, CSV column name or ``""``) of the byte at ``offset``; commas in quotes miscount."""
-    text = data.decode(encoding, errors="replace").removeprefix("\ufeff")
-    before = data[:offset].decode(encoding, errors="replace").removeprefix("\ufeff")
-    lines = before.split("\n")
-    if len(lines) < 2:
-        return 1, ""
-    header = next(csv.reader([text.split("\n", 1)[0]]), [])
-    index = lines[-1].count(",")
-    return len(lines), header[index].strip() if index < len(header) else ""
 
 
 def _number(path: Path | Traversable, line: int, column: str, text: str, *, integer: bool) -> float:
