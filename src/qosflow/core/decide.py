@@ -31,7 +31,7 @@ from enum import StrEnum
 from typing import Any
 
 from qosflow.core.errors import SpecError
-from qosflow.core.predict import Belief, Prediction, predict
+from qosflow.core.predict import Belief, Prediction, finish_on, predict
 from qosflow.core.spec import JobSpec
 from qosflow.core.speed import knee
 from qosflow.core.words import duration as _dur
@@ -177,22 +177,19 @@ def _at(belief: Belief, snap: JobSnapshot, n: int) -> Prediction:
 def minimal_share(belief: Belief, snap: JobSnapshot) -> int | None:
     """Smallest level up to the knee whose conservative finish is by ``deadline - margin``.
 
-    The finish is :func:`_at`'s conservative one, computed here without building a
-    :class:`~qosflow.core.predict.Prediction` per level (the allocator asks for every job at
-    every decision).
+    The finish is :func:`_at`'s conservative one, taken with
+    :func:`~qosflow.core.predict.finish_on` without a :class:`~qosflow.core.predict.Prediction`
+    per level (the allocator asks for every job at every decision).
     """
     belief = _within_spec(belief, snap.spec)
     target = snap.spec.deadline - margin_for(snap.spec, snap.now)
     remaining = max(snap.spec.total_steps - snap.steps_done, 0)
-    if remaining == 0:
-        return belief.levels[0] if snap.now <= target and belief.levels[0] <= belief.knee else None
-    overhead = 0.0 if snap.queued else snap.rescale_overhead_s
-    step_time = belief.conservative.step_time
+    overhead = 0.0 if snap.queued or not remaining else snap.rescale_overhead_s
     for n in belief.levels:
         if n > belief.knee:
             break
         start = snap.now + (overhead if n != snap.units else 0.0)
-        if float(start + remaining * step_time(n)) <= target:
+        if finish_on(belief.conservative, start, remaining, n) <= target:
             return n
     return None
 

@@ -249,10 +249,19 @@ def predict(
     start = now + (overhead_s if units != current_units else 0.0)
     return Prediction(
         units,
-        float(start + remaining * belief.median.step_time(units)),
-        float(start + remaining * belief.conservative.step_time(units)),
+        finish_on(belief.median, start, remaining, units),
+        finish_on(belief.conservative, start, remaining, units),
         remaining,
     )
+
+
+def finish_on(curve: SpeedCurve, start: float, remaining: int, units: int) -> float:
+    """When ``remaining`` steps at ``units`` end on ``curve``, begun at ``start``.
+
+    :func:`predict`'s finish times, one curve at a time (a caller scanning sizes for one bound,
+    like :func:`qosflow.core.decide.minimal_share`, needs no :class:`Prediction` per size).
+    """
+    return float(start + remaining * curve.step_time(units)) if remaining else float(start)
 
 
 def schedule(
