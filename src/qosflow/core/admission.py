@@ -88,21 +88,45 @@ def candidate(
     """
     from qosflow.core.decide import margin_for  # lazy: decide imports predict
 
-    limit = min(belief.knee, belief.probe_limit)
-    allowed = spec.resources.levels
-    levels = tuple(n for n in belief.levels if n <= limit and n in allowed) or (spec.resources.min,)
-    step_time = belief.conservative.step_time
-    steps = [float(step_time(n)) for n in levels]
+    levels, step_time = _plannable(belief, spec.resources.levels, spec.resources.min)
     return Candidate(
         name=spec.name,
         deadline=spec.deadline,
         remaining_steps=max(spec.total_steps - steps_done, 0),
         margin=margin_for(spec, now),
         levels=levels,
-        step_time=tuple(t if t > 0.0 and not math.isnan(t) else math.inf for t in steps),
+        step_time=step_time,
         guaranteed=guaranteed,
         running_units=running_units,
     )
+
+
+_PLANNABLE: dict[int, tuple[Belief, tuple[int, ...], tuple[int, ...], tuple[float, ...]]] = {}
+"""``id(belief)`` → (belief, allowed levels, levels, step times): :func:`candidate`'s memo."""
+_PLANNABLE_MAX = 4096
+
+
+def _plannable(
+    belief: Belief, allowed: tuple[int, ...], smallest: int
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """The levels a belief lets a guarantee plan and their conservative step times.
+
+    Remembered per belief object (the allocator asks for every guarantee at every decision, on
+    beliefs its callers build once); the entry holds the belief, so its id cannot be reused
+    while remembered, and the memo is emptied when it grows past ``_PLANNABLE_MAX`` entries.
+    """
+    hit = _PLANNABLE.get(id(belief))
+    if hit is not None and hit[0] is belief and hit[1] == allowed:
+        return hit[2], hit[3]
+    limit = min(belief.knee, belief.probe_limit)
+    levels = tuple(n for n in belief.levels if n <= limit and n in allowed) or (smallest,)
+    step_time = belief.conservative.step_time
+    steps = [float(step_time(n)) for n in levels]
+    out = tuple(t if t > 0.0 and not math.isnan(t) else math.inf for t in steps)
+    if len(_PLANNABLE) >= _PLANNABLE_MAX:
+        _PLANNABLE.clear()
+    _PLANNABLE[id(belief)] = (belief, allowed, levels, out)
+    return levels, out
 
 
 @dataclass(frozen=True, slots=True)

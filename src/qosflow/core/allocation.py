@@ -258,6 +258,8 @@ def dwelling(job: Prepared) -> bool:
 
 def spread(jobs: Sequence[Prepared], alloc: dict[str, int], free: int) -> dict[str, int]:
     """Give spare units one level at a time to the job saving the most seconds per unit."""
+    if free <= 0:
+        return alloc
     heap: list[tuple[float, int, int]] = []
     for idx, job in enumerate(jobs):
         gain = level_gain(job, alloc[job.name]) if alloc[job.name] else None

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 from qosflow.core import admission, priority
 from qosflow.core.allocation import Prepared, Units, reserve, spread
 from qosflow.core.decide import JobSnapshot, decide, minimal_share
-from qosflow.core.predict import Belief, predict
+from qosflow.core.predict import Belief, finish_on
 from qosflow.core.spec import JobSpec
 
 RANK = {klass.name: i for i, klass in enumerate(priority.LADDER)}
@@ -198,21 +198,16 @@ def prepare(job: JobInput, cluster: ClusterInput, state: JobState) -> Prepared:
     share = minimal_share(belief, snap) if not spec.best_effort else None
     need = share
     cap = belief.best_plannable(snap.units)
-    fastest = predict(
-        belief,
-        now=snap.now,
-        steps_done=snap.steps_done,
-        total_steps=spec.total_steps,
-        units=cap,
-        current_units=snap.units,
+    fastest = finish_on(  # predict's conservative finish at ``cap`` (no rescale charged)
+        belief.conservative, snap.now, max(spec.total_steps - snap.steps_done, 0), cap
     )
-    hopeless = not spec.best_effort and fastest.conservative_finish > spec.deadline
+    hopeless = not spec.best_effort and fastest > spec.deadline
     tight = not hopeless and not spec.best_effort and (need is None or need >= cap)
     at_risk = hopeless and state.guaranteed  # never starve a broken promise
     if (tight or at_risk) and (need is None or need > cap):
         need = cap  # inside the margin but still possible, or a promise at risk: all it may use
     finish = (
-        fastest.conservative_finish
+        fastest
         if need is None
         else snap.now + (remaining * belief.conservative.step_time(need) if remaining else 0.0)
     )

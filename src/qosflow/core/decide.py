@@ -301,12 +301,14 @@ def _shrink(snap: JobSnapshot, belief: Belief, margin: float, explain: bool) -> 
     # the conservative step time there at least a linear slow-down from the smallest observed size
     top = max(belief.observed) if belief.observed else belief.levels[-1]
     goal = snap.spec.deadline - 2.0 * margin
+    remaining = max(snap.spec.total_steps - snap.steps_done, 0)
     for n in belief.levels:
         if n >= snap.units or n > top:
             return None
-        pred = _at(belief, snap, n)
-        if pred.conservative_finish > goal:
+        start = snap.now + snap.rescale_overhead_s  # a smaller size: a rescale (not queued)
+        if finish_on(belief.conservative, start, remaining, n) > goal:
             continue
+        pred = _at(belief, snap, n)
         freed = (snap.units - n) * max(pred.median_finish - snap.now, 0.0)
         cost = BENEFIT_FACTOR * snap.rescale_overhead_s * snap.units
         if freed <= cost:
@@ -399,10 +401,11 @@ def decide(
     spec = snap.spec
     belief = _within_spec(belief, spec)
     margin = margin_for(spec, snap.now)
-    here = _at(belief, snap, snap.units)
     if snap.steps_done >= spec.total_steps:
+        here = _at(belief, snap, snap.units)
         return _decision(Action.DONE, here, f"all {spec.total_steps} steps are done", snap, margin)
     if not math.isfinite(spec.deadline):
+        here = _at(belief, snap, snap.units)
         reason = (
             f"best-effort job without a deadline; {_finish_words(here, snap)}" if explain else ""
         )
@@ -412,7 +415,7 @@ def decide(
             f"measuring: no steady progress window yet at {snap.units} units, so no size can be "
             "promised; no rescale on a blind guess"
         )
-        return _decision(Action.ON_TRACK, here, reason, snap, margin)
+        return _decision(Action.ON_TRACK, _at(belief, snap, snap.units), reason, snap, margin)
     need = minimal_share(belief, snap) if share is False else share
     if need is None and snap.units < belief.probe_limit < belief.knee:
         return _grow(snap, belief, margin, None, free_units, explain)  # unexplored: may make it
@@ -424,7 +427,10 @@ def decide(
         down = _shrink(snap, belief, margin, explain)
         if down is not None:
             return down
+        here = _at(belief, snap, snap.units)
         if here.conservative_finish > spec.deadline - margin:
             return _too_big(snap, belief, margin, need, explain)
+    else:
+        here = _at(belief, snap, snap.units)
     reason = _versus(here, snap, margin, "meets") if explain else ""
     return _decision(Action.ON_TRACK, here, reason, snap, margin)

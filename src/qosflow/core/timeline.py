@@ -93,6 +93,18 @@ class Candidate:
 
     def __post_init__(self) -> None:
         lv, st = self.levels, self.step_time
+        if (  # the common case, checked without building the error table
+            lv
+            and lv[0] >= 1
+            and len(st) == len(lv)
+            and all(a < b for a, b in zip(lv, lv[1:], strict=False))
+            and all(t > 0.0 for t in st)
+            and self.remaining_steps >= 0
+            and 0.0 <= self.margin < math.inf
+            and not math.isnan(self.deadline)
+            and self.running_units >= 0
+        ):
+            return
         for bad, name, rule in (
             (not lv or lv[0] < 1 or list(lv) != sorted(set(lv)), "levels", "ascending sizes >= 1"),
             (len(st) != len(lv) or any(not t > 0.0 for t in st), "step_time", "> 0 per level"),

@@ -170,6 +170,7 @@ class _Live:
     pending: bool = False
     notice: int = 0
     samples: list[tuple[float, float, int]] = field(default_factory=list)
+    max_units: int = -1  # the job's generic cap, looked up on its first view
 
 
 class _Run:
@@ -290,6 +291,8 @@ class _Run:
 
     def view(self, lv: _Live) -> JobView:
         j = lv.job
+        if lv.max_units < 0:
+            lv.max_units = self.truth.max_units(j)
         return JobView(
             job_id=j.job_id,
             submit=j.submit,
@@ -299,7 +302,7 @@ class _Run:
             units=lv.units,
             requested=j.num_gpu,
             speeds=self.belief.speeds(j, lv.samples),
-            max_units=self.truth.max_units(j),
+            max_units=lv.max_units,
             model=j.model,
             batch_size=j.batch_size,
             best_effort=j.best_effort,

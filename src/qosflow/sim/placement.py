@@ -8,7 +8,6 @@ sizes in decreasing order this never fragments.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 
@@ -26,22 +25,30 @@ def buddy_place(
     """
     nodes = max(1, math.ceil(capacity / node_size))
     used = [0] * nodes
+    # Nothing is released within one call and a fresh node is always the lowest unused one, so
+    # the unused nodes are exactly those from ``fresh`` on, and the partly used ones lie below it.
+    fresh = 0
+    partial: list[int] = []  # partly used nodes, ascending
     out: dict[str, tuple[tuple[int, ...], int]] = {}
     for job_id, k in sorted(sizes, key=lambda s: -s[1]):
         if k >= node_size:
             want = math.ceil(k / node_size)
-            free = list(itertools.islice((n for n in range(nodes) if used[n] == 0), want))
-            if len(free) < want:
+            if fresh + want > nodes:
                 raise ClusterError(f"placement: no {want} free nodes for {job_id} ({k} units)")
+            free = tuple(range(fresh, fresh + want))
+            fresh += want
             for n in free:
                 used[n] = node_size
-            out[job_id] = (tuple(free), free[0] * node_size)
+            out[job_id] = (free, free[0] * node_size)
             continue
-        pick = next((n for n in range(nodes) if 0 < used[n] <= node_size - k), None)
+        pick = next((n for n in partial if used[n] <= node_size - k), None)
         if pick is None:
-            pick = next((n for n in range(nodes) if used[n] == 0), None)
-        if pick is None:
-            raise ClusterError(f"placement: no node has {k} free units for {job_id}")
+            if fresh >= nodes:
+                raise ClusterError(f"placement: no node has {k} free units for {job_id}")
+            pick, fresh = fresh, fresh + 1
+            partial.append(pick)
         out[job_id] = ((pick,), pick * node_size + used[pick])
         used[pick] += k
+        if used[pick] == node_size:
+            partial.remove(pick)
     return out

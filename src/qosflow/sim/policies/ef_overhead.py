@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from qosflow.sim.policy import Placed
 
 _CLASSES = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 88, 128, 256)
+_LARGEST_FIRST = tuple(reversed(_CLASSES))
 
 
 @dataclass(slots=True)
@@ -28,7 +29,7 @@ def _reclass(groups: dict[int, list[_NodeSet]], ns: _NodeSet, node_size: int, ho
     free = len(ns.nodes) * node_size - ns.util
     target = home
     if free > 0:
-        target = next(c for c in sorted(_CLASSES, reverse=True) if c <= free and free % c == 0)
+        target = next(c for c in _LARGEST_FIRST if c <= free and free % c == 0)
     groups[target].append(ns)
     groups[home].sort(key=lambda g: g.util)
     groups[target].sort(key=lambda g: g.util)
@@ -46,6 +47,16 @@ def _fit(groups: dict[int, list[_NodeSet]], cls: int, job: tuple[str, int], size
     ns.jobs.append(job)
     _reclass(groups, ns, size, job[1])
     return True
+
+
+def _fit_larger(groups: dict[int, list[_NodeSet]], job: tuple[str, int], size: int) -> bool:
+    """Try the classes above the job's size, largest first (empty classes cannot take it)."""
+    for c in _LARGEST_FIRST:
+        if c <= job[1]:
+            return False
+        if groups[c] and _fit(groups, c, job, size):
+            return True
+    return False
 
 
 def artifact_ranks(
@@ -70,7 +81,7 @@ def artifact_ranks(
         k = job[1]
         if _fit(groups, k, job, node_size):
             continue
-        if any(_fit(groups, c, job, node_size) for c in reversed(_CLASSES) if c > k):
+        if _fit_larger(groups, job, node_size):
             continue
         want = max(1, math.ceil(k / node_size))
         if want > len(free_nodes):
