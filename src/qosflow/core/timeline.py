@@ -97,7 +97,7 @@ class Candidate:
             lv
             and lv[0] >= 1
             and len(st) == len(lv)
-            and all(a < b for a, b in zip(lv, lv[1:], strict=False))
+            and all(a < b for a, b in itertools.pairwise(lv))
             and all(t > 0.0 for t in st)
             and self.remaining_steps >= 0
             and 0.0 <= self.margin < math.inf
