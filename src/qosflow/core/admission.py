@@ -229,13 +229,32 @@ def _slot0(jobs: Sequence[FillJob], placed: Mapping[str, Placement]) -> dict[str
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Setup:
+    """One newcomer against the guarantees; the slotted timeline is built on first use.
+
+    Most asks end at the energy test (:func:`_obstacle`), which needs no timeline.
+    """
+
     healthy: Sequence[FillJob]  # in deadline order
     fresh: FillJob
-    tl: Timeline
     energy: _Energy
     at_risk: tuple[str, ...]
+    now: float
+    capacity: int
+    slot_s: float
+    pinned: int
+    _tl: Timeline | None = None
+
+    @property
+    def tl(self) -> Timeline:
+        """Free units per slot from now past every due date and the newcomer's run alone."""
+        if self._tl is None:
+            fresh, dues, now = self.fresh, self.energy.dues, self.now
+            horizon = max([*dues[-1:], fresh.due, now]) + 1.01 * min(fresh.alone_s, 1e9)
+            edges = timeline(now, horizon + self.slot_s, self.slot_s, [*dues, fresh.due])
+            self._tl = Timeline(edges, self.capacity, self.slot_s, self.pinned)
+        return self._tl
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,11 +291,8 @@ def _setup(
     others = (c for c in admitted if c.guaranteed and c.name != new.name and c.remaining_steps > 0)
     base = _base(tuple(others), capacity, now, util)
     fresh = fill_job(new, capacity, base.count)
-    dues = base.energy.dues
-    horizon = max([*dues[-1:], fresh.due, now]) + 1.01 * min(fresh.alone_s, 1e9) + slot_s
-    edges = timeline(now, horizon, slot_s, [*dues, fresh.due])
-    tl = Timeline(edges, capacity, slot_s, base.pinned + fresh.pin_units)
-    return _Setup(base.healthy, fresh, tl, base.energy, base.at_risk)
+    pinned = base.pinned + fresh.pin_units
+    return _Setup(base.healthy, fresh, base.energy, base.at_risk, now, capacity, slot_s, pinned)
 
 
 def _offer(

@@ -45,6 +45,10 @@ with 50 pairs the 90 % quantile is the 5th-largest ratio, which one badly predic
 """
 
 
+_NEW = JobState()
+"""What the allocator remembers of a job it has not seen (frozen: one for all)."""
+
+
 @dataclass
 class QosflowPolicy:
     """The qosflow policy (see the module docstring).
@@ -123,7 +127,7 @@ class QosflowPolicy:
             done=view.done,
             units=view.units,
             belief=self._belief(view, levels, factor),
-            state=self._states.get(view.job_id, JobState()),
+            state=self._states.get(view.job_id, _NEW),
             rescale_overhead_s=self.rescale_overhead_s,
             belief_factor=factor,
             belief_at=lambda f: self._belief(view, levels, f),
