@@ -508,6 +508,23 @@ def test_candidate_from_spec_and_belief() -> None:
     assert c.step_time == pytest.approx((1.0, 1 / 1.9, 1 / 3.5))
     assert c.margin == pytest.approx(0.05 * 7200)
     assert c.deadline == pytest.approx(NOW + 7200)
+    # candidates are asked for at every decision, so their levels are remembered per belief: a
+    # belief with other speeds, or a spec with other levels, must never get a remembered answer
+    slower = oracle_belief(TableCurve({1: 0.5, 2: 0.9, 4: 1.6, 8: 1.5}), spec.resources.levels)
+    assert candidate(spec, slower, steps_done=0, now=NOW).step_time == pytest.approx(
+        (2.0, 1 / 0.9, 1 / 1.6)
+    )
+    assert candidate(spec, belief, steps_done=0, now=NOW).step_time == c.step_time
+    narrow = load_job(
+        {
+            "name": "ctr",
+            "total_steps": 1000,
+            "deadline": "PT2H",
+            "resources": {"max": 2, "levels": [1, 2]},
+        },
+        now=start,
+    )
+    assert candidate(narrow, belief, steps_done=0, now=NOW).levels == (1, 2)
 
 
 def test_counter_offer_with_many_guaranteed_jobs() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,34 @@ def test_buddy_placement_packs_power_of_two_sizes_without_fragmenting() -> None:
     assert spots["s1"][0] == (2,) and spots["s1b"][0] == (2,)
     with pytest.raises(ClusterError):
         buddy_place([("a", 16), ("b", 16), ("c", 8)], capacity=32, node_size=8)
+
+
+def test_buddy_placement_is_first_fit_largest_first_on_random_power_of_two_mixes() -> None:
+    rng = random.Random(7)
+    for _ in range(300):
+        node_size = rng.choice((4, 8))
+        nodes = rng.randint(1, 12)
+        sizes, room = [], nodes * node_size
+        while room and rng.random() < 0.9:
+            k = min(rng.choice((1, 2, 4, 8, 16, 32)), room)
+            k = 1 << (k.bit_length() - 1)  # a power of two that still fits
+            sizes.append((f"j{len(sizes)}", k))
+            room -= k
+        spots = buddy_place(sizes, capacity=nodes * node_size, node_size=node_size)
+        used = [0] * nodes  # replay the rule: largest first, whole free nodes or first fit
+        for job_id, k in sorted(sizes, key=lambda s: -s[1]):
+            where, rank = spots[job_id]
+            if k >= node_size:
+                expected = [n for n in range(nodes) if used[n] == 0][: -(-k // node_size)]
+                assert list(where) == expected and rank == expected[0] * node_size
+                for n in where:
+                    used[n] = node_size
+                continue
+            fits = [n for n in range(nodes) if 0 < used[n] <= node_size - k]
+            expected_node = fits[0] if fits else next(n for n in range(nodes) if used[n] == 0)
+            assert where == (expected_node,) and rank == expected_node * node_size + used[where[0]]
+            used[expected_node] += k
+        assert all(u <= node_size for u in used)
 
 
 # trace loaders ---------------------------------------------------------------------------------
