@@ -222,3 +222,25 @@ def test_a_row_the_csv_reader_refuses_names_file_and_line(tmp_path: Path) -> Non
     trace.write_text(_small_trace() + '9,1,2,"' + "x" * 200_000 + '",5,256,1,3,0\n')
     with pytest.raises(TraceError, match=r"trace\.csv:7:: not valid CSV \(field larger"):
         load_trace(trace)
+
+
+@pytest.mark.parametrize("policy", ["qosflow", "xing19"])
+def test_our_policies_are_charged_restarts_on_the_runs_own_nodes_and_switches(
+    policy: str,
+) -> None:
+    # ElasticFlow's overhead depends on which GPU ranks a job lands on, so the model must place
+    # on the cluster of the run: T4 nodes of 4, or the artifact's two switches of n64g8
+    from qosflow.cli.simulate import load_workload, make_policy, overhead_model
+    from qosflow.sim.policies.ef_overhead import ElasticFlowOverhead
+
+    trace = str(
+        elasticflow_dir() / "microsoft-elasticflow-traces/data/elasticflow-traces/195job.csv"
+    )
+    w = load_workload(trace, "n64g8", "A100", 1)
+    model = make_policy(policy, speeds="oracle", table=w.table, slot=60, shape=w.shape).overhead
+    model = getattr(model, "inner", model)  # qosflow adds the Airflow steps' latency around it
+    assert isinstance(model, ElasticFlowOverhead)
+    assert (model.node_size, model.switches) == (8, 2)
+    shared = overhead_model("elasticflow", 60, load_workload(trace, "16x4", "A100", 1).shape)
+    assert isinstance(shared, ElasticFlowOverhead)
+    assert (shared.node_size, shared.switches) == (4, 1)

@@ -108,8 +108,15 @@ def bound_jobs(w: Workload) -> list[BoundJob]:
     return out
 
 
-def make_policy(name: str, *, speeds: str, table: ThroughputTable, slot: int) -> Policy:
-    """Instantiate a policy by name.
+def make_policy(
+    name: str,
+    *,
+    speeds: str,
+    table: ThroughputTable,
+    slot: int,
+    shape: ClusterShape | None = None,
+) -> Policy:
+    """Instantiate a policy by name (``shape``: the cluster its overhead model places on).
 
     ``elasticflow`` and ``elasticflow-exact`` get the trace's table (their per-model caps) and
     the slot (their overhead's restart period); ``elasticflow`` also brings the artifact's
@@ -126,10 +133,8 @@ def make_policy(name: str, *, speeds: str, table: ThroughputTable, slot: int) ->
     if name in TABLE_AWARE:
         return factory(table=table, slot=slot)  # type: ignore[no-any-return]
     if name in OWN_CALIBRATED:
-        from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
-
         calibration = Calibration() if speeds == "learned" else None
-        overhead: OverheadModel = ElasticFlowOverhead(slot)
+        overhead: OverheadModel = _elasticflow_overhead(slot, shape)
         if name == "qosflow":  # what the shipped Airflow steps add: the latency of a round
             overhead = StepLatency(overhead)
         return factory(  # type: ignore[no-any-return]
@@ -138,14 +143,26 @@ def make_policy(name: str, *, speeds: str, table: ThroughputTable, slot: int) ->
     return factory()  # type: ignore[no-any-return]
 
 
-def overhead_model(kind: str, slot: int) -> OverheadModel | None:
+def _elasticflow_overhead(slot: int, shape: ClusterShape | None) -> OverheadModel:
+    """ElasticFlow's overhead model placing on the run's nodes and switches.
+
+    Charged to a policy other than ``elasticflow``, nobody tells the model the artifact's release
+    order (ended jobs, then by deadline), so on several switches its free-node list is replayed
+    with the node sets released in placement order.
+    """
+    from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
+
+    if shape is None:
+        return ElasticFlowOverhead(slot)
+    return ElasticFlowOverhead(slot, node_size=shape.gpus_per_node, switches=shape.switches)
+
+
+def overhead_model(kind: str, slot: int, shape: ClusterShape | None = None) -> OverheadModel | None:
     """The overhead model every policy of a run is charged (``policy``: each its own)."""
     if kind == "policy":
         return None
     if kind == "elasticflow":
-        from qosflow.sim.policies.elasticflow import ElasticFlowOverhead
-
-        return ElasticFlowOverhead(slot)
+        return _elasticflow_overhead(slot, shape)
     if kind == "none":
         return NoOverhead()
     if kind.startswith("rescale"):
@@ -202,8 +219,8 @@ def run_policy(
     from qosflow.sim.engine import SimConfig, simulate
     from qosflow.sim.truth import Noise
 
-    policy = make_policy(name, speeds=speeds, table=w.table, slot=slot)
-    metered = _Metered(policy, overhead_model(overhead, slot))
+    policy = make_policy(name, speeds=speeds, table=w.table, slot=slot, shape=w.shape)
+    metered = _Metered(policy, overhead_model(overhead, slot, w.shape))
     config = SimConfig(
         capacity=w.shape.total,
         node_size=w.shape.gpus_per_node,
