@@ -149,17 +149,20 @@ class ElasticFlowOverhead:
             return list(range(nodes))
         per_switch = max(1, nodes // self.switches)
         free = list(self._free)
-        owner = {job_id: ns for ns in self._sets for job_id, _ in ns.jobs}
+        owner = {job_id: (ns, k) for ns in self._sets for job_id, k in ns.jobs}
         util = {id(ns): ns.util for ns in self._sets}
         order = [j for j in self.release_order if j in owner]
         listed = set(order)
         order += [j for ns in self._sets for j, _ in ns.jobs if j not in listed]
+        released = False
         for job_id in order:
-            ns = owner[job_id]
-            util[id(ns)] -= dict(ns.jobs)[job_id]
+            ns, k = owner[job_id]
+            util[id(ns)] -= k
             if util[id(ns)] == 0:
                 free += ns.nodes
-                free.sort(key=lambda n: n % per_switch)
+                released = True
+        if released:  # one stable sort: equal ids keep the order in which they were freed
+            free.sort(key=lambda n: n % per_switch)
         return free
 
     def charge(self, placed: tuple[Placed, ...], *, decision: int, capacity: int) -> dict[str, int]:
