@@ -302,10 +302,10 @@ def _shrink(snap: JobSnapshot, belief: Belief, margin: float, explain: bool) -> 
     top = max(belief.observed) if belief.observed else belief.levels[-1]
     goal = snap.spec.deadline - 2.0 * margin
     remaining = max(snap.spec.total_steps - snap.steps_done, 0)
+    start = snap.now + snap.rescale_overhead_s  # a smaller size: a rescale (not queued)
     for n in belief.levels:
         if n >= snap.units or n > top:
             return None
-        start = snap.now + snap.rescale_overhead_s  # a smaller size: a rescale (not queued)
         if finish_on(belief.conservative, start, remaining, n) > goal:
             continue
         pred = _at(belief, snap, n)
@@ -427,10 +427,8 @@ def decide(
         down = _shrink(snap, belief, margin, explain)
         if down is not None:
             return down
-        here = _at(belief, snap, snap.units)
-        if here.conservative_finish > spec.deadline - margin:
-            return _too_big(snap, belief, margin, need, explain)
-    else:
-        here = _at(belief, snap, snap.units)
+    here = _at(belief, snap, snap.units)
+    if need < snap.units and here.conservative_finish > spec.deadline - margin:
+        return _too_big(snap, belief, margin, need, explain)
     reason = _versus(here, snap, margin, "meets") if explain else ""
     return _decision(Action.ON_TRACK, here, reason, snap, margin)
