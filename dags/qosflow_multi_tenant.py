@@ -58,6 +58,12 @@ MARGINS = {"ranking": 15.0, "embeddings": 10.0}
 """``margin_seconds`` of the small jobs (``forecast``'s is sized: :func:`size_jobs`)."""
 EMBEDDINGS_S = 20.0
 """``embeddings``' work on one CPU (median seconds)."""
+CHECKPOINT_S = 8.0
+"""One CPU's work between two checkpoints (seconds): a rescale loses at most that much.
+
+Counted in seconds, not steps, like every size here: on a slow or busy machine a fixed count of
+steps could exceed a small job's whole length, which the plan step refuses
+(``checkpoint_every_steps`` must be at most ``total_steps``)."""
 TEAMS = ("forecast", "ranking", "embeddings")
 RUN = "{{ dag_run.run_after | ts_nodash | lower }}"
 
@@ -102,6 +108,7 @@ def size_jobs(rate1: float, rate2: float) -> dict[str, dict[str, Any]]:
             "margin_s": MARGINS["embeddings"],
         },
         "speeds": {"one_cpu": rate1, "two_cpus": rate2, "speedup": s},
+        "checkpoint_every_steps": max(round(CHECKPOINT_S * rate1), 1),
     }
 
 
@@ -159,7 +166,7 @@ def job(team: str) -> dict[str, Any]:
         "key": team,
         "total_steps": f"{{{{ ti.xcom_pull(task_ids='measure')['{team}']['steps'] }}}}",
         "resources": {"unit": "cpu", "min": 1, "max": 2, "per_node": 2, "memory_per_unit": "1Gi"},
-        "checkpoint_every_steps": 100,
+        "checkpoint_every_steps": "{{ ti.xcom_pull(task_ids='measure')['checkpoint_every_steps'] }}",
         "margin_seconds": f"{{{{ ti.xcom_pull(task_ids='measure')['{team}']['margin_s'] }}}}",
         "dwell_seconds": 10,
         "command": ["python", "-m", "qosflow_trainer", "--width", str(WIDTH)],

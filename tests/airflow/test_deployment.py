@@ -321,7 +321,9 @@ def _dag_module() -> Any:
     return module
 
 
-@pytest.mark.parametrize(("rate1", "rate2"), [(5.5, 10.0), (5.0, 7.5), (3.0, 3.6), (8.0, 15.5)])
+@pytest.mark.parametrize(
+    ("rate1", "rate2"), [(5.5, 10.0), (5.0, 7.5), (3.0, 3.6), (8.0, 15.5), (1.0, 1.9)]
+)
 def test_the_sizing_keeps_its_promises_at_any_measured_speed(rate1, rate2):
     """The story holds at the measured speeds, whatever this machine measures (no cluster)."""
     m = _dag_module()
@@ -342,3 +344,5 @@ def test_the_sizing_keeps_its_promises_at_any_measured_speed(rate1, rate2):
     assert (work + work_r) / s - (m.ARRIVAL_S + r["deadline_s"]) >= m.GAP_S - 1
     # embeddings wants its result sooner than both CPUs could deliver it, even at its median
     assert e["steps"] / rate1 / s > e["deadline_s"] - e["margin_s"]
+    # every job writes a checkpoint before its end, so the plan step takes its spec
+    assert 1 <= sizes["checkpoint_every_steps"] < min(f["steps"], r["steps"], e["steps"])
