@@ -65,6 +65,7 @@ def job_to_dict(spec: JobSpec) -> dict[str, Any]:
         "image": spec.image,
         "command": list(spec.command),
         "step_seconds_estimate": spec.step_seconds_estimate,
+        "step_seconds_estimate_at": spec.step_seconds_estimate_at,
         "launcher": spec.launcher,
         "pod": spec.pod.to_spec(),
         "checkpoint": None

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
 
 from qosflow.core.fit import fit, measured
-from qosflow.core.planning import plan_job
+from qosflow.core.planning import belief_for, plan_job
+from qosflow.core.spec import load_job
 from qosflow.core.speed import SpeedModel
 
 TRUE = SpeedModel(0.05, 1.0, 0.05, 0.002, 0.1, node_size=8)
@@ -55,3 +58,44 @@ def test_once_a_run_measured_the_sizes_of_its_history_still_count(spec_of, strea
     assert max(alone.candidate.levels) == 4  # one level beyond 2
     assert [m.units for m in measured(history)] == [2, 4, 8]
     assert measured(history[:3]) == ()  # warm-up only: nothing steady
+
+
+def _estimated(at: int | None, step_s: float) -> dict[str, object]:
+    """A key's first job on 4-unit nodes that needs 8 units, with the user's estimate."""
+    return {
+        "name": "bert",
+        "total_steps": 1000,
+        "deadline": "PT9000S",
+        "resources": {
+            "unit": "gpu",
+            "min": 1,
+            "max": 16,
+            "levels": [1, 2, 4, 8, 16],
+            "per_node": 4,
+        },
+        "step_seconds_estimate": step_s,
+        **({} if at is None else {"step_seconds_estimate_at": at}),
+    }
+
+
+def test_an_estimate_timed_above_one_node_is_what_the_plan_counts_on_there() -> None:
+    # the user timed the job once at 8 units (two nodes): 5.2 s a step, so 1,000 steps take
+    # 5,200 s there; within a node its best is 4 units, at 8.6 s (8,600 s: the deadline is 9,000 s)
+    now = datetime(2026, 12, 3, tzinfo=UTC)
+    at_8 = load_job(_estimated(8, 5.2), now=now)
+    at_4 = load_job(_estimated(4, 8.6), now=now)
+
+    timed = belief_for(at_8)
+    shape = belief_for(at_4)
+
+    assert timed.observed == (8,) and shape.observed == ()  # one window measured at 8, by the user
+    assert 5.2 < timed.conservative.step_time(8) < 8.6  # the bound is wide, but counts there
+    assert timed.best_plannable(0) >= 8
+    # past the measured size the plan still counts on nothing better than it
+    assert timed.conservative.step_time(16) >= timed.conservative.step_time(8)
+    # an estimate within the node only anchors the shape: above the node nothing is counted on
+    assert shape.conservative.step_time(8) >= min(
+        shape.conservative.step_time(n) for n in (1, 2, 4)
+    )
+    assert plan_job(at_8, capacity=16, now=now.timestamp()).verdict.kind == "guaranteed"
+    assert plan_job(at_4, capacity=16, now=now.timestamp()).verdict.kind != "guaranteed"

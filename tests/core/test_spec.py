@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qosflow.core.cluster_spec import load_cluster
 from qosflow.core.deadline import parse_iso_duration
 from qosflow.core.errors import SpecError
-from qosflow.core.spec import load_cluster, load_job, parse_quantity
+from qosflow.core.spec import load_job, parse_quantity
 
 NOW = datetime(2026, 11, 29, 22, 0, tzinfo=UTC)
 GOOD: dict[str, Any] = {
@@ -118,6 +119,19 @@ MALFORMED: list[tuple[dict[str, Any], str, str]] = [
     (with_("pod", {"envv": {}}), "pod.envv", "did you mean env?"),
     (with_("checkpoint", {"volum": "ckpt"}), "checkpoint.volum", "did you mean volume?"),
     ({**GOOD, 7: "x"}, "7", "is not a known field: field names are text"),
+]
+MALFORMED += [
+    (
+        with_("step_seconds_estimate_at", 8),
+        "step_seconds_estimate_at",
+        "needs step_seconds_estimate",
+    ),
+    (
+        {**GOOD, "step_seconds_estimate": 2.0, "step_seconds_estimate_at": 3},
+        "step_seconds_estimate_at",
+        "must be one of the job's sizes [1, 2, 4, 8, 16] (got 3)",
+    ),
+    (with_("step_seconds_estimate_at", 0), "step_seconds_estimate_at", ">= 1"),
 ]
 MALFORMED.append(
     ({**GOOD, "resources": {**GOOD["resources"], "max": True}}, "resources.max", "not a boolean")
@@ -337,6 +351,7 @@ _FIELDS = [
     "checkpoint",
     "margin_seconds",
     "step_seconds_estimate",
+    "step_seconds_estimate_at",
     *(f"resources.{k}" for k in (*GOOD["resources"], "per_worker")),
 ]
 

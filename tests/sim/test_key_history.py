@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+from qosflow.core.planning import belief_for
+from qosflow.core.predict import Calibration, belief_from_fit
+from qosflow.core.spec import load_job
 from qosflow.sim.trace import ThroughputTable, TraceJob
 from qosflow.sim.truth import FittedSpeeds, LearnedBelief, Truth
 
@@ -51,3 +56,34 @@ def test_own_progress_replaces_the_key_history() -> None:
     belief.finished(_job("a"), _samples(8, CURVE[8]))
     slower = belief.speeds(_job("b"), _samples(8, CURVE[8] / 2, start=1000.0))
     assert abs(slower[8] - CURVE[8] / 2) < 0.05 * CURVE[8]
+
+
+def test_a_request_above_one_node_counts_as_measured_there_as_the_plan_step_counts_it() -> None:
+    """The user timed the job once at the size it asks for; above a node that is a measurement."""
+    belief = LearnedBelief(TRUTH, node_size=8)
+    big = TraceJob("big", 0.0, 10_000.0, 50_000, "resnet", 64, 16, 0.0)
+    speeds = belief.speeds(big, [])
+    assert isinstance(speeds, FittedSpeeds)
+    assert [(m.units, m.windows) for m in speeds.known] == [(16, 1)]
+    assert abs(speeds[16] - CURVE[16]) < 1e-9 * CURVE[16]
+    small = belief.speeds(_job("small"), [])  # asks for 2: within a node it only anchors
+    assert isinstance(small, FittedSpeeds) and small.known == ()
+
+    # the plan step, given a spec stating the same estimate, believes the same
+    spec = load_job(
+        {
+            "name": "big",
+            "total_steps": 50_000,
+            "deadline": "PT10000S",
+            "resources": {"unit": "gpu", "min": 1, "max": 16, "levels": [1, 2, 4, 8, 16]},
+            "step_seconds_estimate": 1.0 / CURVE[16],
+            "step_seconds_estimate_at": 16,
+        },
+        now=datetime(2026, 12, 3, tzinfo=UTC),
+    )
+    levels = spec.resources.levels
+    ours = belief_from_fit(speeds.fit, levels, Calibration(), known=speeds.known)
+    theirs = belief_for(spec)
+    assert ours.observed == theirs.observed == (16,)
+    for n in levels:
+        assert abs(ours.conservative.step_time(n) - theirs.conservative.step_time(n)) < 1e-9

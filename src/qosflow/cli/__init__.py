@@ -37,8 +37,9 @@ from rich.table import Table
 
 from qosflow.cli import argo as argo_commands
 from qosflow.cli.files import read_spec, spec_or_file
+from qosflow.core.cluster_spec import ClusterSpec, load_cluster
 from qosflow.core.errors import QosflowError, SpecError
-from qosflow.core.spec import ClusterSpec, JobSpec, load_cluster, load_job
+from qosflow.core.spec import JobSpec, load_job
 from qosflow.core.words import duration, instant
 
 if TYPE_CHECKING:

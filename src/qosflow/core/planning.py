@@ -17,9 +17,10 @@ from qosflow.core.admission import Candidate, Verdict, admit, candidate
 from qosflow.core.decide import Decision, JobSnapshot, decide, margin_for
 from qosflow.core.fit import Measured, fit, measured
 from qosflow.core.predict import Belief, Calibration, Prediction, belief_from_fit, predict, schedule
+from qosflow.core.prior import stated_prior
 from qosflow.core.priority import PriorityClassDef, argo_priority, classify, laxity
 from qosflow.core.spec import JobSpec
-from qosflow.core.speed import ProgressSample, SpeedModel, pessimistic_prior
+from qosflow.core.speed import ProgressSample, SpeedModel
 from qosflow.core.windows import stale_before
 
 
@@ -34,8 +35,10 @@ def belief_for(
 ) -> Belief:
     """Fit the job's speed from its progress samples (and prior) and turn it into a belief.
 
-    Without a history prior, the user's ``step_seconds_estimate`` shapes a pessimistic default; with
-    neither, nothing is known until the first steady progress window (every step time infinite).
+    Without a history prior, the user's ``step_seconds_estimate`` shapes a pessimistic default,
+    and above one node counts as one window measured at its size
+    (:func:`qosflow.core.prior.stated_prior`); with neither, nothing is known until the first
+    steady progress window (every step time infinite).
     ``known``: what the history the prior was fitted on measured (``measured`` of the key's
     history): those sizes count as observed and their medians anchor the belief
     (:func:`qosflow.core.predict.belief_from_fit`). ``history_at``: ``samples`` are a key's history
@@ -43,9 +46,11 @@ def belief_for(
     (:func:`qosflow.core.windows.usable`).
     """
     if prior is None and job.step_seconds_estimate is not None:
-        prior = pessimistic_prior(
-            job.resources.per_node, step_time=job.step_seconds_estimate, units=job.resources.min
+        at = job.step_seconds_estimate_at or job.resources.min
+        prior, stated = stated_prior(
+            job.resources.per_node, step_time=job.step_seconds_estimate, units=at
         )
+        known = (*known, *stated)
     result = fit(
         samples,
         node_size=job.resources.per_node,

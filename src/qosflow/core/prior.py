@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the speed model pulls in scipy: not for a process that only writes samples
-    from qosflow.core.fit import FitResult
+    from qosflow.core.fit import FitResult, Measured
     from qosflow.core.speed import ProgressSample, SpeedModel
 
 HISTORY_LIMIT = 5000
@@ -46,6 +46,30 @@ def prior_of(
     """The prior a key's history gives (``HistoryStore.prior`` on already-read samples)."""
     result = fit_of(history, node_size, now=now)
     return result.model if result is not None else None
+
+
+def stated_prior(
+    node_size: int, *, step_time: float, units: int
+) -> tuple[SpeedModel, tuple[Measured, ...]]:
+    """The prior a user's estimate gives a key without history, and what it counts as measured.
+
+    The prior is the core's pessimistic shape through the estimate (``tau(units) ==
+    step_time``). Above one node the estimate also counts as one measured window at ``units``:
+    a plan counts only on measured scaling there (:func:`qosflow.core.predict.belief_from_fit`),
+    and a user who timed the job at that size has measured it, once. One window is thin, so
+    the conservative bound there is wide, and the knee does not fall below it on the first
+    windows of a run. Within a node the estimate only anchors the shape, whose sizes the probe
+    rule already allows.
+
+    Returns:
+        The prior, and the measurements it stands for (to pass as ``known``; empty within a
+        node).
+    """
+    from qosflow.core.fit import Measured
+    from qosflow.core.speed import pessimistic_prior
+
+    prior = pessimistic_prior(node_size, step_time=step_time, units=units)
+    return prior, ((Measured(units, step_time, 1),) if units > node_size else ())
 
 
 RUN_GAP_S = 60.0

@@ -1,14 +1,15 @@
-"""Job and cluster specifications: pydantic at the boundary, frozen dataclasses inside.
+"""Job specifications: pydantic at the boundary, frozen dataclasses inside.
 
 A user states *when* a training run must be done (``deadline``) and the elastic range of units it
-may use; qosflow picks the size. ``load_job`` and ``load_cluster`` turn YAML/JSON (or dicts) into
-the frozen :class:`JobSpec` / :class:`ClusterSpec` the core computes on. Every invalid input raises
-:class:`~qosflow.core.errors.SpecError` naming the field path and the rule (a misspelt field as
-unknown, with the field it resembles: :mod:`qosflow.core.field_errors`).
+may use; qosflow picks the size. ``load_job`` turns YAML/JSON (or dicts) into the frozen
+:class:`JobSpec` the core computes on (a cluster's spec: :mod:`qosflow.core.cluster_spec`).
+Every invalid input raises :class:`~qosflow.core.errors.SpecError` naming the field path and the
+rule (a misspelt field as unknown, with the field it resembles: :mod:`qosflow.core.field_errors`).
 
 Beyond each field's shape, a spec is refused when it makes no sense as a whole: a checkpoint
 interval longer than the job (no checkpoint before the end), a margin as long as the time to the
-deadline, and (:meth:`ClusterSpec.refusal`) resources the cluster it is planned on cannot give.
+deadline, and (:meth:`qosflow.core.cluster_spec.ClusterSpec.refusal`) resources the cluster it
+is planned on cannot give.
 The forms a deadline takes (``PT4H``, ``"06:00"``, zone names) are :mod:`qosflow.core.deadline`'s.
 """
 
@@ -113,8 +114,11 @@ class JobSpec:
         dwell_seconds: Minimum time between two rescales, and how long a decision must hold.
         image: Container image of the training step (``None``: the connection's default image).
         command: Command of the training step (the reference trainer by default).
-        step_seconds_estimate: The user's estimate of seconds per step at ``resources.min`` units,
-            used only while neither history nor progress is known (``None``: probe first).
+        step_seconds_estimate: The user's estimate of seconds per step at
+            ``step_seconds_estimate_at`` units, used only while the key has no history
+            (``None``: probe first). Above one node it counts as one measurement there.
+        step_seconds_estimate_at: The size the estimate was measured at (``None``:
+            ``resources.min``).
         launcher: ``torchrun`` runs the command as a data-parallel job over several pods
             (``unit: worker``, or sizes above ``per_node``); ``none``: one process in one pod.
         pod: The pods' Kubernetes settings (environment, volumes, placement...).
@@ -136,51 +140,10 @@ class JobSpec:
     image: str | None
     command: tuple[str, ...]
     step_seconds_estimate: float | None = None
+    step_seconds_estimate_at: int | None = None
     launcher: Launcher = "none"
     pod: PodSettings = field(default_factory=PodSettings)
     checkpoint: Checkpoint | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSpec:
-    """A homogeneous cluster: ``nodes`` × ``units_per_node`` units of one kind."""
-
-    nodes: int
-    units_per_node: int
-    unit: Unit
-
-    @property
-    def total_units(self) -> int:
-        """All units of the cluster."""
-        return self.nodes * self.units_per_node
-
-    def refusal(self, job: JobSpec) -> SpecError | None:
-        """Why ``job``'s resources cannot be what it gets here, naming the job's field, or None.
-
-        A job is planned against a cluster (``qosflow plan --cluster``): units of a kind the
-        cluster lacks, nodes larger than its nodes or more units than it has would give a plan
-        for a cluster that does not exist.
-        """
-        res, have = job.resources, f"the cluster's {self.nodes}x{self.units_per_node} {self.unit}"
-        if res.unit != self.unit:
-            return SpecError(
-                "resources.unit", f"the cluster has {self.unit} units, the job asks for {res.unit}"
-            )
-        if res.per_node > self.units_per_node:
-            default = (
-                f"; {DEFAULT_PER_NODE} is the default" if res.per_node == DEFAULT_PER_NODE else ""
-            )
-            return SpecError(
-                "resources.per_node",
-                f"must be <= {self.units_per_node}, the units per node of {have} "
-                f"(got {res.per_node}{default})",
-            )
-        if res.max > self.total_units:
-            return SpecError(
-                "resources.max",
-                f"must be <= {self.total_units}, all the units of {have} (got {res.max})",
-            )
-        return None
 
 
 # --------------------------------------------------------------------------- pydantic boundary
@@ -293,6 +256,7 @@ class JobModel(_Strict):
     image: str | None = Field(default=None, min_length=1)
     command: list[str] = Field(default_factory=lambda: ["python", "-m", "qosflow_trainer"])
     step_seconds_estimate: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
+    step_seconds_estimate_at: Count | None = Field(default=None, ge=1)
     launcher: Launcher | None = None
     pod: PodModel = Field(default_factory=PodModel)
     checkpoint: CheckpointModel | None = None
@@ -361,6 +325,7 @@ class JobModel(_Strict):
             image=image,
             command=tuple(self.command),
             step_seconds_estimate=self.step_seconds_estimate,
+            step_seconds_estimate_at=self._estimate_at(resources),
             launcher=launcher,
             pod=pod,
             checkpoint=checkpoint,
@@ -410,6 +375,22 @@ class JobModel(_Strict):
             )
         return every
 
+    def _estimate_at(self, resources: Resources) -> int | None:
+        """The size the estimate was measured at: one of the job's sizes, with an estimate.
+
+        Raises:
+            SpecError: A size without an estimate, or not one the job may run at.
+        """
+        at = self.step_seconds_estimate_at
+        if at is not None and self.step_seconds_estimate is None:
+            raise SpecError("step_seconds_estimate_at", f"needs step_seconds_estimate (got {at})")
+        if at is not None and at not in resources.levels:
+            raise SpecError(
+                "step_seconds_estimate_at",
+                f"must be one of the job's sizes {list(resources.levels)} (got {at})",
+            )
+        return at
+
     def _launcher(self, resources: Resources) -> Launcher:
         """As given; ``torchrun`` by default for workers (each worker is a pod).
 
@@ -432,18 +413,6 @@ class JobModel(_Strict):
                 f"python script.py ... (got {self.command})",
             )
         return launcher
-
-
-class ClusterModel(_Strict):
-    """Boundary model of a cluster spec."""
-
-    nodes: Count = Field(ge=1, le=100_000)
-    units_per_node: Count = Field(ge=1, le=4096)
-    unit: Unit = "cpu"
-
-    def to_spec(self) -> ClusterSpec:
-        """Freeze."""
-        return ClusterSpec(self.nodes, self.units_per_node, self.unit)
 
 
 # --------------------------------------------------------------------------- loading
@@ -475,19 +444,3 @@ def load_job(data: Any, *, now: datetime, defaults: PodDefaults | None = None) -
     if now.tzinfo is None:
         raise SpecError("now", "must be timezone-aware")
     return model.to_spec(now, defaults)
-
-
-def load_cluster(data: Any) -> ClusterSpec:
-    """Validate a cluster spec: a mapping, or ``"NODESxUNITS"`` like ``"16x8"``.
-
-    Raises:
-        SpecError: Naming the field path and the rule.
-    """
-    if isinstance(data, str) and re.fullmatch(r"\d+x\d+", data):
-        nodes, per = data.split("x")
-        data = {"nodes": int(nodes), "units_per_node": int(per)}
-    mapping = as_mapping(data, "cluster spec")
-    try:
-        return ClusterModel.model_validate(mapping).to_spec()
-    except ValidationError as exc:
-        raise spec_error(exc, ClusterModel) from None

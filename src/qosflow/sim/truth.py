@@ -27,7 +27,7 @@ import numpy as np
 from qosflow.core import fit as core_fit
 from qosflow.core import speed as core_speed
 from qosflow.core.errors import SpecError
-from qosflow.core.prior import HISTORY_LIMIT, end_to_end, fit_of
+from qosflow.core.prior import HISTORY_LIMIT, end_to_end, fit_of, stated_prior
 from qosflow.sim.trace import ThroughputTable, TraceJob
 
 
@@ -153,17 +153,26 @@ class FittedSpeeds(Mapping[int, float]):
         return len(self.table)
 
 
-def request_prior(truth: Truth, job: TraceJob, node_size: int) -> core_speed.SpeedModel:
+def request_prior(
+    truth: Truth, job: TraceJob, node_size: int
+) -> tuple[core_speed.SpeedModel, tuple[core_fit.Measured, ...]]:
     """The speed a user knows before the job ran: the table at ``num_gpu``, the core's prior shape.
 
-    The value measured once at the requested size (the smallest level's value when the request
-    is not an allowed size) anchors :func:`qosflow.core.speed.pessimistic_prior` at ``num_gpu``: the
-    shape the core assumes for every size nothing was measured at. On the Airflow side this is
-    the history store's prior of the job's key.
+    The value measured once at the requested size is the user's ``step_seconds_estimate`` at
+    that size, turned into a prior by :func:`qosflow.core.prior.stated_prior` as the Airflow
+    plan step turns a spec's estimate into one: the core's pessimistic shape through it, and
+    above one node one window measured there. When the request is not an allowed size, the
+    smallest level's value anchors the shape and nothing counts as measured. On the Airflow
+    side a key with history plans on the history store's prior instead.
+
+    Returns:
+        The prior and what it counts as measured (``known``).
     """
     levels = sorted(truth.curve(job))
-    known = truth.speed(job, job.num_gpu) or truth.curve(job)[levels[0]]
-    return core_speed.pessimistic_prior(node_size, step_time=1.0 / known, units=job.num_gpu)
+    value = truth.speed(job, job.num_gpu) if job.num_gpu in levels else 0.0
+    rate = value or truth.curve(job)[levels[0]]
+    prior, stated = stated_prior(node_size, step_time=1.0 / rate, units=job.num_gpu)
+    return prior, stated if value else ()
 
 
 def fitted_speeds(
@@ -252,14 +261,12 @@ class LearnedBelief(Belief):
             return cached[2]
         levels = sorted(self._truth.curve(job))
         history = self._key_history(job, levels)
+        if history is not None:
+            prior, known = history.fit.model, tuple(history.fit.measured)
+        else:
+            prior, known = request_prior(self._truth, job, self._node_size)
         out = fitted_speeds(
-            samples,
-            levels=levels,
-            node_size=self._node_size,
-            prior=history.fit.model
-            if history is not None
-            else request_prior(self._truth, job, self._node_size),
-            known=history.fit.measured if history is not None else (),
+            samples, levels=levels, node_size=self._node_size, prior=prior, known=known
         )
         if not out.fit.observed_units and history is not None:
             out = history  # nothing measured yet: what the key's history measured
