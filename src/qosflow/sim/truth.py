@@ -161,18 +161,19 @@ def request_prior(
     The value measured once at the requested size is the user's ``step_seconds_estimate`` at
     that size, turned into a prior by :func:`qosflow.core.prior.stated_prior` as the Airflow
     plan step turns a spec's estimate into one: the core's pessimistic shape through it, and
-    above one node one window measured there. When the request is not an allowed size, the
-    smallest level's value anchors the shape and nothing counts as measured. On the Airflow
+    above one node one window measured there. When the table has no value at the request, the
+    smallest level's value anchors the shape; a request that is not an allowed size counts as
+    nothing measured. On the Airflow
     side a key with history plans on the history store's prior instead.
 
     Returns:
         The prior and what it counts as measured (``known``).
     """
     levels = sorted(truth.curve(job))
-    value = truth.speed(job, job.num_gpu) if job.num_gpu in levels else 0.0
+    value = truth.speed(job, job.num_gpu)
     rate = value or truth.curve(job)[levels[0]]
     prior, stated = stated_prior(node_size, step_time=1.0 / rate, units=job.num_gpu)
-    return prior, stated if value else ()
+    return prior, stated if value and job.num_gpu in levels else ()
 
 
 def fitted_speeds(
