@@ -79,8 +79,8 @@ def _estimated(at: int | None, step_s: float) -> dict[str, object]:
 
 
 def test_an_estimate_timed_above_one_node_is_what_the_plan_counts_on_there() -> None:
-    # the user timed the job once at 8 units (two nodes): 5.2 s a step, so 1,000 steps take
-    # 5,200 s there; within a node its best is 4 units, at 8.6 s (8,600 s: the deadline is 9,000 s)
+    # the job runs 5.2 s a step at 8 units (two nodes) and 8.6 s at 4: its 1,000 steps need 8
+    # (8,600 s at 4 leaves no margin before the 9,000 s deadline). Timed once at 8, or at 4:
     now = datetime(2026, 12, 3, tzinfo=UTC)
     at_8 = load_job(_estimated(8, 5.2), now=now)
     at_4 = load_job(_estimated(4, 8.6), now=now)
