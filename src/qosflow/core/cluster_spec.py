@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from qosflow.core.errors import SpecError
-from qosflow.core.field_errors import as_mapping, spec_error
+from qosflow.core.field_errors import StrictModel, as_mapping, spec_error
 from qosflow.core.spec import DEFAULT_PER_NODE, Count, JobSpec, Unit
 
 
@@ -61,10 +61,8 @@ class ClusterSpec:
         return None
 
 
-class ClusterModel(BaseModel):
+class ClusterModel(StrictModel):
     """Boundary model of a cluster spec."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
     nodes: Count = Field(ge=1, le=100_000)
     units_per_node: Count = Field(ge=1, le=4096)

@@ -15,9 +15,16 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from qosflow.core.errors import SpecError
+
+
+class StrictModel(BaseModel):
+    """Base of every boundary model: unknown fields refused, frozen, numbers from text allowed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
 
 _QUOTE_LIMIT = 60
 """Characters of a value a message quotes at most."""

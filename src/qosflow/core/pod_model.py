@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from qosflow.core.field_errors import StrictModel
 from qosflow.core.pod import (
     DEFAULT_CHECKPOINT_PATH,
     Checkpoint,
@@ -32,10 +33,6 @@ from qosflow.core.pod import (
 Json = dict[str, Any]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
-
-
 def _objects(value: Any, what: str) -> list[Json]:
     if not isinstance(value, list):
         raise ValueError(f"must be a list of {what} (got {type(value).__name__})")
@@ -45,7 +42,7 @@ def _objects(value: Any, what: str) -> list[Json]:
     return [dict(item) for item in value]
 
 
-class PodModel(_Strict):
+class PodModel(StrictModel):
     """Boundary model of ``pod:``."""
 
     image_pull_policy: PullPolicy | None = None
@@ -136,7 +133,7 @@ class PodModel(_Strict):
         )
 
 
-class CheckpointModel(_Strict):
+class CheckpointModel(StrictModel):
     """Boundary model of ``checkpoint:``."""
 
     volume: str

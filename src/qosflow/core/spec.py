@@ -23,9 +23,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -35,7 +33,7 @@ from pydantic import (
 from qosflow.core.deadline import deadline_form, resolve_deadline, zone
 from qosflow.core.deadline import parse_iso_duration as parse_iso_duration
 from qosflow.core.errors import SpecError
-from qosflow.core.field_errors import as_mapping, spec_error
+from qosflow.core.field_errors import StrictModel, as_mapping, spec_error
 from qosflow.core.layout import Layout, PodResource, layout
 from qosflow.core.pod import Checkpoint, PodDefaults, PodSettings, checkpoint_problem, with_defaults
 from qosflow.core.pod_model import CheckpointModel, PodModel
@@ -162,11 +160,7 @@ Seconds = Annotated[float, BeforeValidator(_not_a_bool)]
 """A number of seconds: a boolean refused."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
-
-
-class ResourcesModel(_Strict):
+class ResourcesModel(StrictModel):
     """Boundary model of ``resources``."""
 
     unit: Unit = "cpu"
@@ -239,7 +233,7 @@ class ResourcesModel(_Strict):
         return value
 
 
-class JobModel(_Strict):
+class JobModel(StrictModel):
     """Boundary model of a job spec (YAML/JSON)."""
 
     name: str = Field(min_length=1, max_length=63)
