@@ -179,6 +179,8 @@ class Watcher(EndWatch):
         prior: Speed model from the history store, if any.
         known: What the history the prior was fitted on measured, by size: those sizes count as
             observed for the probe rule and their medians anchor the belief.
+        timings: The key's users' timings above one node, newest first
+            (``HistoryStore.timings``): one window each, where no run measured.
         calibration: Conformal calibration from the history store.
         hold_s: How long an actionable decision must hold before it is reported.
         min_samples: Samples at the current size needed before any actionable decision.
@@ -195,6 +197,7 @@ class Watcher(EndWatch):
     last_rescale_at: float | None = None
     prior: SpeedModel | None = None
     known: tuple[Measured, ...] = ()
+    timings: tuple[Measured, ...] = ()
     calibration: Calibration = field(default_factory=Calibration)
     hold_s: float = 0.0
     min_samples: int = 2
@@ -261,6 +264,7 @@ class Watcher(EndWatch):
             prior=self.prior,
             calibration=self.calibration,
             known=self.known,
+            timings=self.timings,
         )
         snap = JobSnapshot(
             spec=self.spec,

@@ -778,3 +778,45 @@ def test_the_watch_is_primed_with_the_sizes_its_key_history_measured(tmp_path):
     empty = new_watcher(state(), history_url="", hold_s=0.0)
     assert [m.units for m in primed.known] == [2] and primed.prior is not None
     assert empty.known == () and empty.prior is None
+
+
+def test_a_timing_above_one_node_is_recorded_for_the_key_and_counts_for_its_next_job(
+    fake_cluster, tmp_path
+):
+    """The first job was timed at 2 CPUs (two nodes of 1); the next, timed at 1, is planned on it.
+
+    400 steps at 1 s on 1 CPU miss a 6-minute deadline; at 2 CPUs (0.55 s a step) they make
+    it, but past one node a plan counts only on what was measured there.
+    """
+    from qosflow.store.history import HistoryStore
+    from qosflow_airflow.state import job_to_dict
+    from qosflow_airflow.triggers.progress import new_watcher
+
+    fake_cluster.capacity_units = 4  # room for both jobs' promises
+    cpus = {"unit": "cpu", "min": 1, "max": 2, "per_node": 1}
+    alone = _plan("nightly", "PT6M", "r0", resources=cpus)
+    assert alone["verdict"] != "guaranteed"  # nothing measured past one node yet
+
+    timed = _plan(
+        "nightly",
+        "PT6M",
+        "r1",
+        resources=cpus,
+        step_seconds_estimate=0.55,
+        step_seconds_estimate_at=2,
+    )
+    assert timed["verdict"] == "guaranteed" and timed["units"] == 2
+    store = HistoryStore(f"sqlite:///{tmp_path}/history.db")
+    try:
+        assert [(m.units, m.step_time) for m in store.timings("nightly", "cpu")] == [(2, 0.55)]
+    finally:
+        store.close()
+
+    later = _plan("nightly", "PT6M", "r2", resources=cpus)  # timed at 1 CPU only
+    assert later["verdict"] == "guaranteed" and later["units"] == 2
+    watch = new_watcher(
+        state(job=job_to_dict(spec(name="nightly", resources=cpus))),
+        history_url=f"sqlite:///{tmp_path}/history.db",
+        hold_s=0.0,
+    )
+    assert [(m.units, m.step_time) for m in watch.timings] == [(2, 0.55)]

@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from qosflow.core.fit import fit, measured
+from qosflow.core.fit import Measured, fit, measured
 from qosflow.core.planning import belief_for, plan_job
+from qosflow.core.prior import timed
 from qosflow.core.spec import load_job
 from qosflow.core.speed import SpeedModel
 
@@ -99,3 +100,28 @@ def test_an_estimate_timed_above_one_node_is_what_the_plan_counts_on_there() -> 
     )
     assert plan_job(at_8, capacity=16, now=now.timestamp()).verdict.kind == "guaranteed"
     assert plan_job(at_4, capacity=16, now=now.timestamp()).verdict.kind != "guaranteed"
+
+
+def test_a_timing_of_the_key_above_one_node_counts_for_its_later_jobs_until_a_run_measures() -> (
+    None
+):
+    # the key's first job was timed at 8 (5.2 s a step); tonight's job was timed at 4 only
+    now = datetime(2026, 12, 3, tzinfo=UTC)
+    at_4 = load_job(_estimated(4, 8.6), now=now)
+    timing = Measured(8, 5.2, 1)
+
+    belief = belief_for(at_4, timings=[timing])
+    assert belief.observed == (8,)
+    assert plan_job(at_4, capacity=16, now=now.timestamp(), timings=[timing]).verdict.kind == (
+        "guaranteed"
+    )
+
+    # a run of the key measured 8 slower than the timing: its windows rule, the timing drops out
+    slow = [Measured(8, 9.5, 30)]
+    ruled = belief_for(at_4, known=slow, timings=[timing])
+    assert ruled.observed == (8,)
+    assert ruled.median.step_time(8) == 9.5
+    assert timed([timing, Measured(8, 4.0, 1), Measured(16, 3.0, 1)], slow) == (
+        Measured(16, 3.0, 1),
+    )
+    assert timed([Measured(8, 4.0, 1), timing]) == (Measured(8, 4.0, 1),)  # newest first wins

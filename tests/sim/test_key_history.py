@@ -66,8 +66,8 @@ def test_a_request_above_one_node_counts_as_measured_there_as_the_plan_step_coun
     assert isinstance(speeds, FittedSpeeds)
     assert [(m.units, m.windows) for m in speeds.known] == [(16, 1)]
     assert abs(speeds[16] - CURVE[16]) < 1e-9 * CURVE[16]
-    small = belief.speeds(_job("small"), [])  # asks for 2: within a node it only anchors
-    assert isinstance(small, FittedSpeeds) and small.known == ()
+    other = belief.speeds(_job("other", "bert"), [])  # another key, asking for 2: nothing known
+    assert isinstance(other, FittedSpeeds) and other.known == ()
 
     # the plan step, given a spec stating the same estimate, believes the same
     spec = load_job(
@@ -87,3 +87,39 @@ def test_a_request_above_one_node_counts_as_measured_there_as_the_plan_step_coun
     assert ours.observed == theirs.observed == (16,)
     for n in levels:
         assert abs(ours.conservative.step_time(n) - theirs.conservative.step_time(n)) < 1e-9
+
+
+def test_a_timing_above_one_node_counts_for_every_later_job_of_the_key_until_a_run_measures() -> (
+    None
+):
+    """The plan step records the timing for the key; a later job asking for 2 counts it too."""
+    belief = LearnedBelief(TRUTH, node_size=8)
+    belief.speeds(TraceJob("big", 0.0, 10_000.0, 50_000, "resnet", 64, 16, 0.0), [])
+    small = belief.speeds(_job("small"), [])  # same key, asks for 2
+    assert isinstance(small, FittedSpeeds)
+    assert [(m.units, m.windows) for m in small.known] == [(16, 1)]
+
+    # the plan step of the same job (its estimate timed at 2), given the key's timings
+    spec = load_job(
+        {
+            "name": "small",
+            "total_steps": 50_000,
+            "deadline": "PT10000S",
+            "resources": {"unit": "gpu", "min": 1, "max": 16, "levels": [1, 2, 4, 8, 16]},
+            "step_seconds_estimate": 1.0 / CURVE[2],
+            "step_seconds_estimate_at": 2,
+        },
+        now=datetime(2026, 12, 3, tzinfo=UTC),
+    )
+    levels = spec.resources.levels
+    ours = belief_from_fit(small.fit, levels, Calibration(), known=small.known)
+    theirs = belief_for(spec, timings=small.known)
+    assert ours.observed == theirs.observed == (16,)
+    for n in levels:
+        assert abs(ours.conservative.step_time(n) - theirs.conservative.step_time(n)) < 1e-9
+
+    # once a run of the key measured 16, its windows rule: the timing drops out
+    belief.finished(_job("a"), _samples(16, CURVE[16]))
+    late = belief.speeds(_job("late"), [])
+    assert isinstance(late, FittedSpeeds)
+    assert [m.units for m in late.fit.measured] == [16] and late.known == ()

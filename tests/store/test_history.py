@@ -61,6 +61,23 @@ def test_recording_the_same_samples_twice_stores_them_once(store_url: str) -> No
     assert store.count_samples("k") == 21
 
 
+def test_a_users_timing_is_kept_per_key_and_size_newest_first_and_replaced(
+    store_url: str,
+) -> None:
+    store = HistoryStore(store_url)
+    store.record_timing("bert", "gpu", units=8, step_seconds=5.2, at=100.0)
+    store.record_timing("bert", "gpu", units=16, step_seconds=3.1, at=200.0)
+    store.record_timing("bert", "cpu", units=8, step_seconds=9.0, at=300.0)
+    store.record_timing("other", "gpu", units=8, step_seconds=1.0, at=400.0)
+    assert [(m.units, m.step_time, m.windows) for m in store.timings("bert", "gpu")] == [
+        (16, 3.1, 1),
+        (8, 5.2, 1),
+    ]
+    store.record_timing("bert", "gpu", units=8, step_seconds=4.9, at=500.0)  # timed again
+    assert [(m.units, m.step_time) for m in store.timings("bert", "gpu")] == [(8, 4.9), (16, 3.1)]
+    assert store.timings("missing", "gpu") == []
+
+
 def test_calibration_uses_the_logged_pairs(tmp_path: Path) -> None:
     store = HistoryStore(f"sqlite:///{tmp_path / 'h.db'}")
     assert store.calibration("k").factor == DEFAULT_FACTOR

@@ -206,6 +206,13 @@ class PlanTrainingOperator(QosflowOperator):
             history = store.history(spec.key, res.unit)
             prior = prior_of(history, res.per_node, now=now)
             calibration = store.calibration(spec.key)
+            at = spec.step_seconds_estimate_at or res.min
+            if spec.step_seconds_estimate is not None and at > res.per_node:
+                # the user timed the key past one node: every later job of the key counts it
+                store.record_timing(
+                    spec.key, res.unit, units=at, step_seconds=spec.step_seconds_estimate, at=now
+                )
+            timings = store.timings(spec.key, res.unit)
             active = admitted_jobs(cluster, unit=res.unit, exclude=ident, pending={})
             capacity, fits = job_capacity(cluster, res)
             if capacity.total < 1:
@@ -222,6 +229,7 @@ class PlanTrainingOperator(QosflowOperator):
                 prior=prior,
                 calibration=calibration,
                 history=history,
+                timings=timings,
             )
             # the verdict is the cluster allocator's on the job board: one plan step at a time
             # sees every job of the namespace, also those whose workflow is not submitted yet

@@ -171,6 +171,7 @@ def new_watcher(
         return EndWatch(spec=spec, workflow=state.workflow, history=tuple(samples))
     prior, calibration = None, None
     known: tuple[Measured, ...] = ()
+    timings: tuple[Measured, ...] = ()
     if history_url:
         from qosflow.core.prior import fit_of
         from qosflow.store.history import HistoryStore
@@ -179,6 +180,7 @@ def new_watcher(
         try:
             history = store.history(spec.key, spec.resources.unit)
             calibration = store.calibration(spec.key)
+            timings = tuple(store.timings(spec.key, spec.resources.unit))
         finally:
             store.close()
         now = cluster.now() if isinstance(cluster, ClusterView) else None
@@ -192,6 +194,7 @@ def new_watcher(
         history=tuple(samples),
         prior=prior,
         known=known,
+        timings=timings,
         hold_s=hold_s,
         priority_class=state.priority_class,
         paused=state.paused,

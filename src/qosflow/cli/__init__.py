@@ -91,7 +91,7 @@ def _plan(args: argparse.Namespace) -> int:
     refusal = cluster.refusal(job)
     if refusal is not None:
         raise refusal
-    prior, calibration, history = None, None, []
+    prior, calibration, history, timings = None, None, [], []
     if args.history:
         from qosflow.core.prior import prior_of
         from qosflow.store.history import HistoryStore
@@ -100,6 +100,7 @@ def _plan(args: argparse.Namespace) -> int:
         history = store.history(job.key, job.resources.unit)
         prior = prior_of(history, job.resources.per_node, now=now.timestamp())
         calibration = store.calibration(job.key)
+        timings = store.timings(job.key, job.resources.unit)
     result = plan_job(
         job,
         capacity=cluster.total_units,
@@ -107,6 +108,7 @@ def _plan(args: argparse.Namespace) -> int:
         prior=prior,
         calibration=calibration,
         history=history,
+        timings=timings,
     )
     _print_plan(Console(width=max(Console().width, 110)), job, cluster, result)
     return EXIT_CODES[result.verdict.kind]

@@ -17,7 +17,7 @@ from qosflow.core.admission import Candidate, Verdict, admit, candidate
 from qosflow.core.decide import Decision, JobSnapshot, decide, margin_for
 from qosflow.core.fit import Measured, fit, measured
 from qosflow.core.predict import Belief, Calibration, Prediction, belief_from_fit, predict, schedule
-from qosflow.core.prior import stated_prior
+from qosflow.core.prior import stated_prior, timed
 from qosflow.core.priority import PriorityClassDef, argo_priority, classify, laxity
 from qosflow.core.spec import JobSpec
 from qosflow.core.speed import ProgressSample, SpeedModel
@@ -31,32 +31,37 @@ def belief_for(
     prior: SpeedModel | None = None,
     calibration: Calibration | None = None,
     known: Sequence[Measured] = (),
+    timings: Sequence[Measured] = (),
     history_at: float | None = None,
 ) -> Belief:
     """Fit the job's speed from its progress samples (and prior) and turn it into a belief.
 
-    Without a history prior, the user's ``step_seconds_estimate`` shapes a pessimistic default,
-    and above one node counts as one window measured at its size
-    (:func:`qosflow.core.prior.stated_prior`); with neither, nothing is known until the first
-    steady progress window (every step time infinite).
+    Without a history prior, the user's ``step_seconds_estimate`` shapes a pessimistic default;
+    with neither, nothing is known until the first steady progress window (every step time
+    infinite). Above one node the estimate also counts as one window measured at its size
+    (:func:`qosflow.core.prior.stated_prior`), as do the key's ``timings`` (the estimates
+    other jobs of the key stated there, newest first; ``HistoryStore.timings``), each only
+    where no run measured (:func:`qosflow.core.prior.timed`).
     ``known``: what the history the prior was fitted on measured (``measured`` of the key's
     history): those sizes count as observed and their medians anchor the belief
     (:func:`qosflow.core.predict.belief_from_fit`). ``history_at``: ``samples`` are a key's history
     read by a plan at that time, so stale windows give way to newer ones
     (:func:`qosflow.core.windows.usable`).
     """
-    if prior is None and job.step_seconds_estimate is not None:
+    stated: tuple[Measured, ...] = ()
+    if job.step_seconds_estimate is not None:
         at = job.step_seconds_estimate_at or job.resources.min
-        prior, stated = stated_prior(
+        shape, stated = stated_prior(
             job.resources.per_node, step_time=job.step_seconds_estimate, units=at
         )
-        known = (*known, *stated)
+        prior = shape if prior is None else prior
     result = fit(
         samples,
         node_size=job.resources.per_node,
         prior=prior,
         stale_before=stale_before(history_at),
     )
+    known = (*known, *timed((*timings, *stated), known, result.measured))
     return belief_from_fit(result, job.resources.levels, calibration or Calibration(), known=known)
 
 
@@ -108,6 +113,7 @@ def plan_job(
     prior: SpeedModel | None = None,
     calibration: Calibration | None = None,
     history: Sequence[ProgressSample] = (),
+    timings: Sequence[Measured] = (),
 ) -> Plan:
     """Admit and size a job that has not started yet.
 
@@ -124,6 +130,8 @@ def plan_job(
             sizes count as observed (the probe rule) and their spread sets the conservative
             bound, instead of the prior's shape alone. Once it has measured, their sizes still
             count as observed when ``prior`` is given (it is their fit, ``prior_of(history)``).
+        timings: The key's timings above one node, newest first (``HistoryStore.timings``):
+            each counts as one window measured at its size where no run measured.
 
     Returns:
         The plan: verdict, initial size, prediction, priority and schedule.
@@ -136,6 +144,7 @@ def plan_job(
         prior=prior,
         calibration=calibration,
         known=known,
+        timings=timings,
         history_at=None if samples else now,
     )
     cand = candidate(job, belief, steps_done=0, now=now)

@@ -72,6 +72,28 @@ def stated_prior(
     return prior, ((Measured(units, step_time, 1),) if units > node_size else ())
 
 
+def timed(timings: Sequence[Measured], *measured: Sequence[Measured]) -> tuple[Measured, ...]:
+    """The users' timings of a key that count: one per size, where no run of the key measured.
+
+    A user who timed a job at a size (its spec's ``step_seconds_estimate_at`` above one node)
+    measured the key there once, for every later job of the key too: its model and batch size
+    are the same. Where a run measured a size, its windows rule and the timing drops out.
+
+    Args:
+        timings: The key's timings, newest first (the first one per size counts).
+        *measured: What runs measured (the key's history, this run), size by size.
+
+    Returns:
+        The timings that count, by size.
+    """
+    seen = {m.units for ms in measured for m in ms}
+    out: dict[int, Measured] = {}
+    for m in timings:
+        if m.units not in seen:
+            out.setdefault(m.units, m)
+    return tuple(out[k] for k in sorted(out))
+
+
 RUN_GAP_S = 60.0
 """Seconds between two runs laid end to end (more than any sampling interval)."""
 

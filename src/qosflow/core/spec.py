@@ -113,8 +113,9 @@ class JobSpec:
         image: Container image of the training step (``None``: the connection's default image).
         command: Command of the training step (the reference trainer by default).
         step_seconds_estimate: The user's estimate of seconds per step at
-            ``step_seconds_estimate_at`` units, used only while the key has no history
-            (``None``: probe first). Above one node it counts as one measurement there.
+            ``step_seconds_estimate_at`` units: the prior's shape while the key has no
+            history (``None``: probe first). Above one node it counts as one measurement
+            there, for this job and every later job of the key, until a run measures there.
         step_seconds_estimate_at: The size the estimate was measured at (``None``:
             ``resources.min``).
         launcher: ``torchrun`` runs the command as a data-parallel job over several pods

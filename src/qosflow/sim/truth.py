@@ -27,7 +27,7 @@ import numpy as np
 from qosflow.core import fit as core_fit
 from qosflow.core import speed as core_speed
 from qosflow.core.errors import SpecError
-from qosflow.core.prior import HISTORY_LIMIT, end_to_end, fit_of, stated_prior
+from qosflow.core.prior import HISTORY_LIMIT, end_to_end, fit_of, stated_prior, timed
 from qosflow.sim.trace import ThroughputTable, TraceJob
 
 
@@ -163,8 +163,9 @@ def request_prior(
     plan step turns a spec's estimate into one: the core's pessimistic shape through it, and
     above one node one window measured there. When the table has no value at the request, the
     smallest level's value anchors the shape; a request that is not an allowed size counts as
-    nothing measured. On the Airflow
-    side a key with history plans on the history store's prior instead.
+    nothing measured. A key with history plans on the history's prior instead; the window
+    above one node is the key's from then on (:class:`LearnedBelief` keeps it as the plan
+    step records it, ``HistoryStore.timings``).
 
     Returns:
         The prior and what it counts as measured (``known``).
@@ -183,16 +184,20 @@ def fitted_speeds(
     node_size: int,
     prior: core_speed.SpeedModel,
     known: Sequence[core_fit.Measured] = (),
+    timings: Sequence[core_fit.Measured] = (),
 ) -> FittedSpeeds:
     """Fit ``qosflow.core.speed`` on observed ``(time, done, units)`` samples; tabulate on ``levels``.
 
     The tabulated median is exactly the median :func:`qosflow.core.predict.belief_from_fit` plans on:
-    the measured median at the levels this run or the key's history (``known``) measured, the
-    fit's model elsewhere, whether or not the fit succeeded (a fit without a steady window is the
-    prior's shape).
+    the measured median at the levels this run or the key's history (``known``) measured, or
+    the key's users timed (``timings``, newest first, where neither measured:
+    :func:`qosflow.core.prior.timed`, as :func:`qosflow.core.planning.belief_for` counts
+    them), the fit's model elsewhere, whether or not the fit succeeded (a fit without a steady
+    window is the prior's shape).
     """
     progress = [core_speed.ProgressSample(t, int(d), u) for t, d, u in samples]
     result = core_fit.fit(progress, node_size=node_size, prior=prior)
+    known = (*known, *timed(timings, known, result.measured))
     return FittedSpeeds(result, _median_table(result, levels, known), tuple(known))
 
 
@@ -217,7 +222,9 @@ class LearnedBelief(Belief):
     fit rules, with the history's model as the prior and what the history measured as ``known``
     (as the Airflow watch does). Before any job of the key has completed, the prior is the job's
     own request: the table value at ``num_gpu`` (what a user could measure once) extrapolated
-    with the core's pessimistic prior shape.
+    with the core's pessimistic prior shape. A request above one node is a timing of the key
+    there: the plan step records it (``HistoryStore.timings``) and every later job of the key
+    counts it as one window where no run of the key measured (:func:`qosflow.core.prior.timed`).
     """
 
     def __init__(self, truth: Truth, *, node_size: int) -> None:
@@ -228,6 +235,7 @@ class LearnedBelief(Belief):
         self._version: dict[tuple[str, int], int] = {}
         self._runs: dict[tuple[str, int], list[core_speed.ProgressSample]] = {}
         self._history: dict[tuple[str, int], FittedSpeeds | None] = {}
+        self._timings: dict[tuple[str, int], dict[int, core_fit.Measured]] = {}
 
     def finished(self, job: TraceJob, samples: Sequence[tuple[float, float, int]]) -> None:
         """Record a completed job's samples in its key's history (the finish step's record)."""
@@ -256,20 +264,37 @@ class LearnedBelief(Belief):
         self, job: TraceJob, samples: Sequence[tuple[float, float, int]]
     ) -> Mapping[int, float]:
         """The core's fit on the samples, tabulated on the allowed levels (:class:`FittedSpeeds`)."""
-        version = self._version.get((job.model, job.batch_size), 0)
+        key = (job.model, job.batch_size)
         cached = self._cache.get(job.job_id)
-        if cached is not None and cached[:2] == (len(samples), version):
+        if cached is not None and cached[:2] == (len(samples), self._version.get(key, 0)):
             return cached[2]
         levels = sorted(self._truth.curve(job))
+        request, stated = request_prior(self._truth, job, self._node_size)
+        self._time(key, stated)  # the plan step records the request's timing for the key
+        timings = tuple(self._timings.get(key, {}).values())[::-1]  # newest first
         history = self._key_history(job, levels)
+        known: tuple[core_fit.Measured, ...] = ()
+        prior = request
         if history is not None:
             prior, known = history.fit.model, tuple(history.fit.measured)
-        else:
-            prior, known = request_prior(self._truth, job, self._node_size)
         out = fitted_speeds(
-            samples, levels=levels, node_size=self._node_size, prior=prior, known=known
+            samples,
+            levels=levels,
+            node_size=self._node_size,
+            prior=prior,
+            known=known,
+            timings=timings,
         )
-        if not out.fit.observed_units and history is not None:
+        if not out.fit.observed_units and history is not None and not timed(timings, known):
             out = history  # nothing measured yet: what the key's history measured
-        self._cache[job.job_id] = (len(samples), version, out)
+        self._cache[job.job_id] = (len(samples), self._version.get(key, 0), out)
         return out
+
+    def _time(self, key: tuple[str, int], stated: Sequence[core_fit.Measured]) -> None:
+        """Record a job's stated timing for its key (newest per size; ``HistoryStore.timings``)."""
+        book = self._timings.setdefault(key, {})
+        for m in stated:
+            if book.get(m.units) != m:
+                book.pop(m.units, None)  # re-inserted: the newest is last
+                book[m.units] = m
+                self._version[key] = self._version.get(key, 0) + 1

@@ -59,10 +59,12 @@ from sqlalchemy.pool import StaticPool
 
 from qosflow.core.errors import QosflowError, SpecError
 from qosflow.core.prior import HISTORY_LIMIT, end_to_end, prior_of
+from qosflow.store import timings
 from qosflow.store.ledger import PromiseLedger, promises_table
 from qosflow.store.schema import METADATA
 
 if TYPE_CHECKING:
+    from qosflow.core.fit import Measured
     from qosflow.core.predict import Calibration
     from qosflow.core.speed import ProgressSample, SpeedModel
 
@@ -383,6 +385,18 @@ class HistoryStore:
             query = query.where(samples_table.c.key == key)
         with self._tx() as conn:
             return int(conn.execute(query).scalar_one())
+
+    def record_timing(
+        self, key: str, unit: str, *, units: int, step_seconds: float, at: float
+    ) -> None:
+        """Record a user's timing of ``key`` at ``units`` (:mod:`qosflow.store.timings`)."""
+        with self._tx() as conn:
+            timings.record(conn, key, unit, units=units, step_seconds=step_seconds, at=at)
+
+    def timings(self, key: str, unit: str) -> list[Measured]:
+        """The users' timings of ``key``, newest first, each one window at its size."""
+        with self._tx() as conn:
+            return timings.read(conn, key, unit)
 
     def record_prediction(
         self, key: str, predicted_remaining: float, realised_remaining: float
