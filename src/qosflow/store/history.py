@@ -59,7 +59,7 @@ from sqlalchemy.pool import StaticPool
 
 from qosflow.core.errors import QosflowError, SpecError
 from qosflow.core.prior import HISTORY_LIMIT, end_to_end, prior_of
-from qosflow.store import timings
+from qosflow.store import timings as key_timings
 from qosflow.store.ledger import PromiseLedger, promises_table
 from qosflow.store.schema import METADATA
 
@@ -391,12 +391,12 @@ class HistoryStore:
     ) -> None:
         """Record a user's timing of ``key`` at ``units`` (:mod:`qosflow.store.timings`)."""
         with self._tx() as conn:
-            timings.record(conn, key, unit, units=units, step_seconds=step_seconds, at=at)
+            key_timings.record(conn, key, unit, units=units, step_seconds=step_seconds, at=at)
 
     def timings(self, key: str, unit: str) -> list[Measured]:
         """The users' timings of ``key``, newest first, each one window at its size."""
         with self._tx() as conn:
-            return timings.read(conn, key, unit)
+            return key_timings.read(conn, key, unit)
 
     def record_prediction(
         self, key: str, predicted_remaining: float, realised_remaining: float
