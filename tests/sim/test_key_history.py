@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 from qosflow.core.planning import belief_for
 from qosflow.core.predict import Calibration, belief_from_fit
-from qosflow.core.spec import load_job
+from qosflow.core.spec import JobSpec, load_job
 from qosflow.sim.trace import ThroughputTable, TraceJob
 from qosflow.sim.truth import FittedSpeeds, LearnedBelief, Truth
 
@@ -20,6 +20,21 @@ def _job(job_id: str, model: str = "resnet") -> TraceJob:
 
 def _samples(units: int, speed: float, start: float = 0.0) -> list[tuple[float, float, int]]:
     return [(start + 10.0 * i, 10.0 * i * speed, units) for i in range(40)]
+
+
+def _timed_at(units: int, name: str) -> JobSpec:
+    """The spec of a trace job whose user timed it at ``units`` (the table's value there)."""
+    return load_job(
+        {
+            "name": name,
+            "total_steps": 50_000,
+            "deadline": "PT10000S",
+            "resources": {"unit": "gpu", "min": 1, "max": 16, "levels": [1, 2, 4, 8, 16]},
+            "step_seconds_estimate": 1.0 / CURVE[units],
+            "step_seconds_estimate_at": units,
+        },
+        now=datetime(2026, 12, 3, tzinfo=UTC),
+    )
 
 
 def test_a_new_job_of_a_known_key_starts_from_what_its_completed_runs_measured() -> None:
@@ -70,17 +85,7 @@ def test_a_request_above_one_node_counts_as_measured_there_as_the_plan_step_coun
     assert isinstance(other, FittedSpeeds) and other.known == ()
 
     # the plan step, given a spec stating the same estimate, believes the same
-    spec = load_job(
-        {
-            "name": "big",
-            "total_steps": 50_000,
-            "deadline": "PT10000S",
-            "resources": {"unit": "gpu", "min": 1, "max": 16, "levels": [1, 2, 4, 8, 16]},
-            "step_seconds_estimate": 1.0 / CURVE[16],
-            "step_seconds_estimate_at": 16,
-        },
-        now=datetime(2026, 12, 3, tzinfo=UTC),
-    )
+    spec = _timed_at(16, "big")
     levels = spec.resources.levels
     ours = belief_from_fit(speeds.fit, levels, Calibration(), known=speeds.known)
     theirs = belief_for(spec)
@@ -100,17 +105,7 @@ def test_a_timing_above_one_node_counts_for_every_later_job_of_the_key_until_a_r
     assert [(m.units, m.windows) for m in small.known] == [(16, 1)]
 
     # the plan step of the same job (its estimate timed at 2), given the key's timings
-    spec = load_job(
-        {
-            "name": "small",
-            "total_steps": 50_000,
-            "deadline": "PT10000S",
-            "resources": {"unit": "gpu", "min": 1, "max": 16, "levels": [1, 2, 4, 8, 16]},
-            "step_seconds_estimate": 1.0 / CURVE[2],
-            "step_seconds_estimate_at": 2,
-        },
-        now=datetime(2026, 12, 3, tzinfo=UTC),
-    )
+    spec = _timed_at(2, "small")
     levels = spec.resources.levels
     ours = belief_from_fit(small.fit, levels, Calibration(), known=small.known)
     theirs = belief_for(spec, timings=small.known)
