@@ -196,7 +196,7 @@ class PlanTrainingOperator(QosflowOperator):
 
     def _admit(self, cluster: Any, spec: JobSpec, now: float, ident: str) -> tuple[Plan, Any]:
         """Plan against the history and the jobs already guaranteed; record a new promise."""
-        from qosflow.core.planning import plan_job
+        from qosflow.core.planning import estimate_of, plan_job
         from qosflow.core.prior import prior_of
         from qosflow_airflow.board import job_capacity
 
@@ -206,11 +206,10 @@ class PlanTrainingOperator(QosflowOperator):
             history = store.history(spec.key, res.unit)
             prior = prior_of(history, res.per_node, now=now)
             calibration = store.calibration(spec.key)
-            at = spec.step_seconds_estimate_at or res.min
-            if spec.step_seconds_estimate is not None and at > res.per_node:
-                # the user timed the key past one node: every later job of the key counts it
+            _, timed_here = estimate_of(spec) or (None, ())
+            for m in timed_here:  # timed past one node: every later job of the key counts it
                 store.record_timing(
-                    spec.key, res.unit, units=at, step_seconds=spec.step_seconds_estimate, at=now
+                    spec.key, res.unit, units=m.units, step_seconds=m.step_time, at=now
                 )
             timings = store.timings(spec.key, res.unit)
             active = admitted_jobs(cluster, unit=res.unit, exclude=ident, pending={})

@@ -24,6 +24,20 @@ from qosflow.core.speed import ProgressSample, SpeedModel
 from qosflow.core.windows import stale_before
 
 
+def estimate_of(job: JobSpec) -> tuple[SpeedModel, tuple[Measured, ...]] | None:
+    """What the job's own ``step_seconds_estimate`` gives (``None``: it states none).
+
+    Returns:
+        The prior through the estimate, at ``step_seconds_estimate_at`` (default
+        ``resources.min``), and what it counts as measured: one window above one node, which
+        the plan step records as a timing of the key (:func:`qosflow.core.prior.stated_prior`).
+    """
+    if job.step_seconds_estimate is None:
+        return None
+    at = job.step_seconds_estimate_at or job.resources.min
+    return stated_prior(job.resources.per_node, step_time=job.step_seconds_estimate, units=at)
+
+
 def belief_for(
     job: JobSpec,
     samples: Sequence[ProgressSample] = (),
@@ -48,13 +62,8 @@ def belief_for(
     read by a plan at that time, so stale windows give way to newer ones
     (:func:`qosflow.core.windows.usable`).
     """
-    stated: tuple[Measured, ...] = ()
-    if job.step_seconds_estimate is not None:
-        at = job.step_seconds_estimate_at or job.resources.min
-        shape, stated = stated_prior(
-            job.resources.per_node, step_time=job.step_seconds_estimate, units=at
-        )
-        prior = shape if prior is None else prior
+    shape, stated = estimate_of(job) or (None, ())
+    prior = shape if prior is None else prior
     result = fit(
         samples,
         node_size=job.resources.per_node,

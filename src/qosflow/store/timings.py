@@ -9,6 +9,7 @@ who times the job again replaces it.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Column, Float, Integer, String, Table, delete, insert, select
@@ -41,17 +42,10 @@ def record(
     row = {"key": key, "unit": unit, "units": units, "step_seconds": step_seconds, "timed_at": at}
     new = {"step_seconds": step_seconds, "timed_at": at}
     name = conn.dialect.name
-    if name == "sqlite":
-        from sqlalchemy.dialects import sqlite
-
-        stmt = sqlite.insert(timings_table).values(row)
+    if name in ("sqlite", "postgresql"):  # the same upsert in both dialects
+        dialect = importlib.import_module(f"sqlalchemy.dialects.{name}")
+        stmt = dialect.insert(timings_table).values(row)
         conn.execute(stmt.on_conflict_do_update(index_elements=["key", "unit", "units"], set_=new))
-        return
-    if name == "postgresql":
-        from sqlalchemy.dialects import postgresql
-
-        pg = postgresql.insert(timings_table).values(row)
-        conn.execute(pg.on_conflict_do_update(index_elements=["key", "unit", "units"], set_=new))
         return
     t = timings_table.c
     conn.execute(delete(timings_table).where(t.key == key, t.unit == unit, t.units == units))
