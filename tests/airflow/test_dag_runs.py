@@ -169,18 +169,49 @@ def test_c_impossible_deadline_is_rejected_at_plan_with_a_counter_offer(
         op.execute({"ti": mock.MagicMock(), "dag": None})
 
 
+@contextlib.contextmanager
+def _retry_backoff(local, duration):
+    """The installed template's ``retryStrategy`` backs off ``duration`` (×2 per retry) meanwhile.
+
+    Production waits 10 s, 20 s and 40 s between a failing pod's attempts; a test that asserts
+    how the retries end, not how long Argo waits between them, needs no 70 s of it. The limit and
+    the policy stay the template's; ``ensure_installed`` puts the template back afterwards.
+    """
+    from qosflow_airflow.hooks.argo import LOCAL_CHECKPOINT_CLAIM
+    from qosflow_argo import ArgoCluster, manifests
+
+    with ArgoCluster.from_local(local) as argo:
+        template = argo.argo.get_template(manifests.TEMPLATE_NAME)
+        strategies = [
+            t["retryStrategy"] for t in template["spec"]["templates"] if "retryStrategy" in t
+        ]
+        assert strategies and all(s["backoff"]["duration"] == "10s" for s in strategies)
+        for strategy in strategies:
+            strategy["backoff"]["duration"] = duration
+        argo.argo.update_template(manifests.TEMPLATE_NAME, template)
+        try:
+            yield
+        finally:
+            argo.ensure_installed(checkpoint_claim=LOCAL_CHECKPOINT_CLAIM)
+
+
 def test_d_a_failing_pod_fails_the_sensor_with_its_message_and_nothing_is_resubmitted(
-    airflow_db, cluster, tmp_path
+    airflow_db, local, cluster, tmp_path
 ):
     name = _name("failing")
     job = _job(name, 200, "PT10M", width=0)  # the trainer exits with an error
-    run, tis = _run(job, tmp_path)
+    with _retry_backoff(local, "1s"):
+        run, tis = _run(job, tmp_path)
     assert run.state == "failed"
     assert tis["training.round_1.watch"].state == "failed"
     assert tis["training.round_2.watch"].state == "upstream_failed"
     workflows = _workflows(cluster, name)
     assert [w.segment for w in workflows] == [0]
     assert workflows[0].message
+    from qosflow_argo import manifests
+
+    pods = cluster.kube.list_pods(f"workflows.argoproj.io/workflow={workflows[0].name}")
+    assert len(pods) == 1 + manifests.RETRY_LIMIT  # every retry the strategy allows, then failed
     report = _xcom(tis, "training.finish", key="report")
     assert workflows[0].message in report["verdict"]
 
