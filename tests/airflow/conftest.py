@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 
@@ -190,3 +193,108 @@ def _triggers_fire_at_once(monkeypatch):
     from qosflow_airflow.triggers import progress
 
     monkeypatch.setattr(progress, "SETTLE_S", 0.0)
+
+
+# -- one real deployment for the modules that need one ---------------------------------------------
+SHARED = "shared_deployment"
+"""The fixture of the one real deployment (test_deployment.py and test_plugin.py use it)."""
+_SHARED_KEY = pytest.StashKey["SharedDeployment"]()
+
+
+class SharedDeployment:
+    """One real deployment (``deployment.py``) for every module that asks for one, started lazily.
+
+    Scheduler, triggerer, dag-processor and api-server as separate processes, PostgreSQL, users who
+    log in, every job-board allocation recorded, the DAG folder holding every DAG file under test,
+    the ``qosflow_default`` connection on a 2-CPU local cluster with a report store. Its users run
+    their DAG runs one after another (the tests that use it are kept together in the session), and
+    it stops after the last of them (:func:`pytest_runtest_teardown`), so no idle deployment eats
+    the CPUs of the tests that come later.
+    """
+
+    def __init__(self, root_factory: pytest.TempPathFactory) -> None:
+        self._factory = root_factory
+        self._stack: contextlib.ExitStack | None = None
+        self.value: dict[str, Any] | None = None
+
+    def get(self) -> dict[str, Any]:
+        """``{"dep", "local", "root", "store"}``, the deployment started at the first call."""
+        if self.value is not None:
+            return self.value
+        from deployment import DAGS, control_plane, deployment, log, postgres_admin_url
+
+        postgres_admin_url()  # skip (fail under CI) before anything starts
+        from qosflow.local.cluster import LocalCluster
+        from qosflow_airflow.hooks.argo import LOCAL_CHECKPOINT_CLAIM, local_connection
+        from qosflow_argo import ArgoCluster
+
+        root = self._factory.mktemp("deployment")
+        store = root / "report-store"
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(control_plane(cluster_cpus=2))
+            local = stack.enter_context(
+                LocalCluster(cpus=2, state_dir=root / "local", token="deployment-test")
+            )
+            ArgoCluster.from_local(local).ensure_installed(checkpoint_claim=LOCAL_CHECKPOINT_CLAIM)
+            log(f"{local!r}, pod CPU weights {'on' if local.weighted else 'off'}")
+
+            def connections(history_url: str) -> dict[str, Any]:
+                conn = local_connection(local, history_url=history_url)
+                conn["extra"]["report_url"] = f"file://{store}"
+                return {"qosflow_default": conn}
+
+            dep = stack.enter_context(
+                deployment(
+                    root / "airflow",
+                    list(DAGS.values()),
+                    connections=connections,
+                    record_board=True,
+                    auth=True,
+                )
+            )
+            dep.wait_ready(list(DAGS))
+            self.value = {"dep": dep, "local": local, "root": root, "store": store}
+            self._stack = stack.pop_all()
+        return self.value
+
+    def close(self) -> None:
+        """Stop everything (by PID); idempotent."""
+        stack, self._stack, self.value = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+@pytest.fixture(scope="session")
+def shared_deployment(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """The one real deployment (:class:`SharedDeployment`)."""
+    shared = request.config.stash.setdefault(_SHARED_KEY, SharedDeployment(tmp_path_factory))
+    try:
+        yield shared.get()
+    finally:
+        shared.close()
+
+
+def _uses_shared(item: pytest.Item | None) -> bool:
+    return item is not None and SHARED in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The tests that use the shared deployment run together, where the first of them was."""
+    users = [item for item in items if _uses_shared(item)]
+    if users:
+        first = items.index(users[0])
+        others = [item for item in items if not _uses_shared(item)]
+        items[:] = others[:first] + users + others[first:]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """After the last test that uses it (and its modules' fixtures), stop the shared deployment."""
+    try:
+        return (yield)
+    finally:
+        shared = item.config.stash.get(_SHARED_KEY, None)
+        if shared is not None and _uses_shared(item) and not _uses_shared(nextitem):
+            shared.close()

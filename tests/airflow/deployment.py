@@ -72,6 +72,12 @@ PRELOAD = (
     "qosflow_argo",
 )
 """What the scheduler imports before it forks its LocalExecutor workers (they fork every task)."""
+_HERE = Path(__file__).resolve().parent
+DAGS = {
+    "qosflow_multi_tenant": _HERE.parents[1] / "dags" / "qosflow_multi_tenant.py",
+    "qosflow_deadline_alert": _HERE / "deployment_dags" / "qosflow_deadline_alert.py",
+}
+"""DAG id → file: the DAGs the shared deployment (``conftest.py``, ``shared_deployment``) serves."""
 
 
 def log(message: str) -> None:

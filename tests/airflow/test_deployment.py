@@ -1,5 +1,8 @@
 """The multi-tenant DAG under a real Airflow deployment (tests/airflow/deployment.py).
 
+The deployment is the one the session shares (``shared_deployment`` in ``conftest.py``; the
+plugin's tests run their DAG on it after this module); its run here is this module's alone.
+
 Scheduler, triggerer, dag-processor and api-server run as separate processes with LocalExecutor
 and a PostgreSQL metadata database; the history store (and the job board in it) is a PostgreSQL
 database too; the jobs train as real processes on the embedded local cluster (2 CPUs). The DAG
@@ -26,58 +29,36 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deployment import RunResult, control_plane, deployment, log, postgres_admin_url
+from deployment import DAGS, RunResult, log
 
-DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "qosflow_multi_tenant.py"
 DAG_ID = "qosflow_multi_tenant"
+DAG_FILE = DAGS[DAG_ID]
 TEAMS = ("forecast", "ranking", "embeddings")
 
 
-def _connection(local: Any, root: Path, history_url: str) -> dict[str, Any]:
-    from qosflow_airflow.hooks.argo import local_connection
-
-    conn = local_connection(local, history_url=history_url)
-    return {"qosflow_default": conn}
-
-
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Start the local cluster and the deployment, run the DAG once, stop everything."""
-    postgres_admin_url()  # skip (fail under CI) before anything starts
-    from qosflow.local.cluster import LocalCluster
+def run(shared_deployment: dict[str, Any]) -> dict[str, Any]:
+    """Run the DAG once on the shared deployment (``conftest.py``); its board allocations."""
     from qosflow.store.board import JobBoard
     from qosflow.store.history import HistoryStore
-    from qosflow_airflow.hooks.argo import LOCAL_CHECKPOINT_CLAIM
-    from qosflow_argo import ArgoCluster
 
-    root = tmp_path_factory.mktemp("deployment")
+    dep, local = shared_deployment["dep"], shared_deployment["local"]
     started = time.monotonic()
-    with (
-        control_plane(cluster_cpus=2),
-        LocalCluster(cpus=2, state_dir=root / "local", token="deployment-test") as local,
-    ):
-        ArgoCluster.from_local(local).ensure_installed(checkpoint_claim=LOCAL_CHECKPOINT_CLAIM)
-        log(f"{local!r}, pod CPU weights {'on' if local.weighted else 'off'}")
-        with deployment(
-            root / "airflow",
-            [DAG_FILE],
-            connections=lambda url: _connection(local, root, url),
-            record_board=True,
-        ) as dep:
-            dep.wait_ready([DAG_ID])
-            result = dep.run(DAG_ID, timeout_s=600)
-            records = dep.board_log()
-            store = HistoryStore(dep.history_url)
-            try:
-                with JobBoard(store, local.namespace).session(time.time()) as session:
-                    rows = session.entries("cpu")
-            finally:
-                store.close()
-    pods = _pods_cpu_s(root / "local")
+    result = dep.run(DAG_ID, timeout_s=600)
+    ids = _job_ids(result)
+    # the deployment's other runs (another module's DAG) allocate on the board too: not this story
+    records = [r for r in dep.board_log() if r["mine"] in ids.values()]
+    store = HistoryStore(dep.history_url)
+    try:
+        with JobBoard(store, local.namespace).session(time.time()) as session:
+            rows = session.entries("cpu")
+    finally:
+        store.close()
+    pods = _pods_cpu_s(shared_deployment["root"] / "local")
     log(f"the training pods used {pods:.0f} CPU-s (the trainer's own usage reports)")
-    out = {"result": result, "records": records, "rows": rows, "ids": _job_ids(result)}
+    out = {"result": result, "records": records, "rows": rows, "ids": ids}
     print(_story(out))
-    log(f"set-up, run and tear-down: {time.monotonic() - started:.0f} s")
+    log(f"the run and its checks' data: {time.monotonic() - started:.0f} s")
     return out
 
 

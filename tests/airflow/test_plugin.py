@@ -1,7 +1,8 @@
 """The qosflow view under a real api-server, in a real browser; a missed deadline is loud.
 
-One real deployment (``tests/airflow/deployment.py``: scheduler, triggerer, dag-processor and
-api-server, PostgreSQL) with users who log in (the simple auth manager's ``admin`` and its
+The real deployment the session shares (``shared_deployment`` in ``conftest.py``, started by
+``tests/airflow/deployment.py``: scheduler, triggerer, dag-processor and api-server, PostgreSQL;
+``test_deployment.py`` runs its DAG there too) with users who log in (the simple auth manager's ``admin`` and its
 generated password, not "everyone is an admin"), and one run of
 ``deployment_dags/qosflow_deadline_alert.py`` against a 2-CPU local cluster: a job sized from
 this machine's trainer speed so that even both CPUs miss its 20 s deadline. The tests then check,
@@ -33,20 +34,13 @@ from urllib.parse import quote
 import pytest
 import requests
 from browser import binary, chromium
-from deployment import (
-    Deployment,
-    RunResult,
-    control_plane,
-    deployment,
-    log,
-    postgres_admin_url,
-)
+from deployment import DAGS, Deployment, RunResult, log
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 ROOT = Path(__file__).resolve().parents[2]
-DAG_FILE = Path(__file__).parent / "deployment_dags" / "qosflow_deadline_alert.py"
 DAG_ID = "qosflow_deadline_alert"
+assert DAG_ID in DAGS  # the shared deployment serves it
 ARTEFACTS = ROOT / ".qosflow" / "artefacts"
 WIDTH = 512
 ONE_CPU_S = 90.0
@@ -54,35 +48,20 @@ ONE_CPU_S = 90.0
 
 
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A deployment with logins, one missed run of the DAG; stays up for the module's tests."""
-    postgres_admin_url()  # skip (fail under CI) before anything starts
-    binary()  # the same for the browser
-    from qosflow.local.cluster import LocalCluster
+def deployed(shared_deployment: dict[str, Any]) -> Any:
+    """One missed run of the DAG on the shared deployment (``conftest.py``: users log in)."""
+    binary()  # skip (fail under CI) without a browser before the run
     from qosflow_airflow.demo import trainer_rate
-    from qosflow_airflow.hooks.argo import LOCAL_CHECKPOINT_CLAIM, local_connection
-    from qosflow_argo import ArgoCluster
 
-    root = tmp_path_factory.mktemp("plugin")
-    store = root / "report-store"
+    dep = shared_deployment["dep"]
+    assert dep.auth  # users log in: not "everyone is an admin"
     rate = trainer_rate(WIDTH, seconds=6.0)
     conf = {"total_steps": int(rate * ONE_CPU_S), "width": WIDTH, "step_s": 1.0 / rate}
     log(f"trainer: {rate:.1f} steps/s on one CPU; run conf {conf}")
-
-    def connections(history_url: str) -> dict[str, Any]:
-        conn = local_connection(local, history_url=history_url)
-        conn["extra"]["report_url"] = f"file://{store}"
-        return {"qosflow_default": conn}
-
-    with (
-        control_plane(cluster_cpus=2),
-        LocalCluster(cpus=2, state_dir=root / "local", token="plugin-test") as local,
-    ):
-        ArgoCluster.from_local(local).ensure_installed(checkpoint_claim=LOCAL_CHECKPOINT_CLAIM)
-        with deployment(root / "airflow", [DAG_FILE], connections=connections, auth=True) as dep:
-            dep.wait_ready([DAG_ID])
-            result = dep.run(DAG_ID, conf, timeout_s=600)
-            yield {"dep": dep, "result": result, "store": store, "root": root}
+    result = dep.run(DAG_ID, conf, timeout_s=600)
+    root = shared_deployment["root"] / "plugin"
+    root.mkdir(exist_ok=True)
+    return {"dep": dep, "result": result, "store": shared_deployment["store"], "root": root}
 
 
 def _result(deployed: Any) -> RunResult:
@@ -121,7 +100,7 @@ def test_a_missed_deadline_fails_the_run_after_recording_and_reporting(deployed)
 
     history = HistoryStore(deployed["dep"].history_url)
     try:
-        assert history.count_samples() > 0  # recorded before it failed
+        assert history.count_samples("deadline-alert-check") > 0  # recorded before it failed
     finally:
         history.close()
 
