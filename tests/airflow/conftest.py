@@ -184,6 +184,17 @@ def fake_cluster(monkeypatch, tmp_path):
     return cluster
 
 
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """The session's metadata database (``AIRFLOW_HOME`` of tests/conftest.py), migrated once."""
+    import subprocess
+    import sys
+
+    subprocess.run(
+        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL
+    )
+
+
 @pytest.fixture(autouse=True)
 def _triggers_fire_at_once(monkeypatch):
     """In-process triggers (``dag.test()``, fake clusters) race no scheduler: no settle wait.

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,15 +31,12 @@ PROBE = (
 
 
 @pytest.fixture(scope="module")
-def old_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def old_cluster(airflow_db: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A 2-CPU local cluster that is Kubernetes 1.32, qosflow installed, a connection to it."""
     from qosflow.local.cluster import LocalCluster
     from qosflow_airflow.hooks.argo import LOCAL_CHECKPOINT_CLAIM, local_connection
     from qosflow_argo import ArgoCluster
 
-    subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL
-    )
     root = tmp_path_factory.mktemp("restart")
     saved = os.environ.get("AIRFLOW_CONN_QOSFLOW_DEFAULT")
     with LocalCluster(

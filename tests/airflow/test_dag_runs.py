@@ -11,8 +11,6 @@ import asyncio
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from unittest import mock
@@ -23,13 +21,6 @@ pytestmark = pytest.mark.slow
 
 WIDTH = 512
 SCENARIOS = Path(__file__).parent / "dag_files" / "qosflow_test_scenarios.py"
-
-
-@pytest.fixture(scope="session")
-def airflow_db():
-    subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL
-    )
 
 
 @pytest.fixture(scope="session")

@@ -357,13 +357,6 @@ def test_a_forked_triggerer_process_sends_without_configure(statsd: StatsdListen
 SCENARIOS = Path(__file__).parent / "dag_files" / "qosflow_test_scenarios.py"
 
 
-@pytest.fixture(scope="module")
-def airflow_db() -> None:
-    subprocess.run(
-        [sys.executable, "-m", "airflow", "db", "migrate"], check=True, stdout=subprocess.DEVNULL
-    )
-
-
 @pytest.mark.slow
 def test_a_dag_test_run_sends_its_metrics_from_every_step(
     airflow_db: None, fake_cluster: Any, statsd: StatsdListener, tmp_path: Path
