@@ -100,6 +100,11 @@ check: venv
 
 # Every bench prints `key: value` lines; bench/RESULTS.md is written from them (date, machine).
 # The DDP bench runs with PyTorch layered in (WITH_TORCH); the others in the venv.
+# On x86-64, OpenBLAS's kernel is pinned to Haswell (AVX2) unless OPENBLAS_CORETYPE is set: the
+# kernel it picks by CPU changes the last bits of the learned-speed fits, and those move the
+# learned runs by a few jobs (docs/simulator.md, "Deterministic"). Pinned, every x86-64 machine
+# with AVX2 prints the same figures.
+bench: export OPENBLAS_CORETYPE := $(or $(OPENBLAS_CORETYPE),$(if $(filter x86_64,$(shell uname -m)),Haswell))
 bench: venv
 	@mkdir -p .qosflow; set -o pipefail; for b in bench/*_bench.py bench/fault_campaign.py; do echo "== $$b"; \
 	  if [ "$$b" = bench/ddp_bench.py ]; then $(WITH_TORCH) python $$b; else $(PY) $$b; fi || exit 1; done \

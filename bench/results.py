@@ -28,9 +28,10 @@ def machine() -> str:
         pass
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     load = os.getloadavg()[0]
+    kernel = os.environ.get("OPENBLAS_CORETYPE") or "chosen by CPU"
     return (
         f"{os.cpu_count()} CPUs ({model or platform.processor()}), {memory:.0f} GiB, "
-        f"Python {platform.python_version()}, load {load:.1f} at the end"
+        f"Python {platform.python_version()}, OpenBLAS kernel {kernel}, load {load:.1f} at the end"
     )
 
 
