@@ -14,7 +14,8 @@ TORCH_VERSION := 2.13.0
 WITH_TORCH = $(UV) run --frozen $(EXTRAS) --quiet --with 'torch==$(TORCH_VERSION)' \
   --find-links "$$(pip config get global.find-links 2>/dev/null || true)"
 
-.PHONY: demo test check lint typecheck contracts pytest pytest-unit pytest-slow pytest-torch pytest-k8s36 bench venv uv clean \
+.PHONY: demo test check lint typecheck contracts pytest pytest-unit pytest-beside pytest-slow pytest-torch \
+  pytest-k8s36 bench venv uv clean \
   chromium
 
 uv:
@@ -40,12 +41,20 @@ contracts: venv
 pytest: venv
 	$(PY) -m pytest -m "not torch"
 
-# The other half of `pytest` (with pytest-unit): the tests that start real processes (trainers,
-# local clusters, Airflow deployments). They size their jobs from the speeds they measure and
-# some measure step rates, so `make test` runs them with nothing else beside them. (Their contract
-# report is a file of its own: pytest-unit's stays.)
+# The rest of `pytest` (with pytest-unit and pytest-beside): the tests that start real processes
+# (trainers, local clusters, Airflow deployments) and size their jobs from the speeds they measure
+# or measure step rates, so `make test` runs them with nothing else beside them. (Each part's
+# contract report is a file of its own: pytest-unit's stays.)
 pytest-slow: venv
-	QOSFLOW_CONTRACT_REPORT=.qosflow/contract-report-slow.json $(PY) -m pytest -m "slow and not torch"
+	QOSFLOW_CONTRACT_REPORT=.qosflow/contract-report-slow.json \
+	  $(PY) -m pytest -m "slow and not beside and not torch"
+
+# The slow tests marked `beside`: real processes, but nothing they check depends on this machine's
+# speed or load (the wheels, the fault campaign, the Airflow guide, the DAG-parse imports), so
+# `make test` runs them beside the fast tests.
+pytest-beside: venv
+	QOSFLOW_CONTRACT_REPORT=.qosflow/contract-report-beside.json \
+	  $(PY) -m pytest -q -p no:cacheprovider -m "slow and beside and not torch"
 
 # The fast suite: every test that starts no real process (no trainer, cluster or Airflow run).
 pytest-unit: venv
@@ -84,12 +93,13 @@ chromium:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; \
 	} || { echo "error: could not install chromium (needs apt-get, as root or with sudo)" >&2; exit 1; }
 
-# `make pytest`, split in two: the fast tests (no real process; they tolerate a busy machine, as in
-# `make check`) run side by side with lint, typecheck, contracts and pytest-k8s36 (its suites are
-# fast tests too); then the slow tests, and the DDP tests, each alone on the machine.
+# `make pytest`, split in three: the fast tests (no real process; they tolerate a busy machine, as
+# in `make check`) and the `beside` slow tests run side by side with lint, typecheck, contracts and
+# pytest-k8s36 (its suites are fast tests too); then the other slow tests, and the DDP tests, each
+# alone on the machine.
 test: chromium
-	@$(MAKE) --no-print-directory -j5 --output-sync=target lint typecheck contracts pytest-unit \
-	  pytest-k8s36
+	@$(MAKE) --no-print-directory -j6 --output-sync=target lint typecheck contracts pytest-unit \
+	  pytest-beside pytest-k8s36
 	@$(MAKE) --no-print-directory pytest-slow
 	@$(MAKE) --no-print-directory pytest-torch
 

@@ -22,6 +22,7 @@ TARGETS = {
 
 
 @pytest.mark.slow
+@pytest.mark.beside  # every scenario has its own time bound, far above what load adds
 @pytest.mark.timeout(900)
 def test_the_quick_campaign_finds_nothing() -> None:
     proc = subprocess.run(

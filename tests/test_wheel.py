@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.beside, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = "qosflow/sim/data/elasticflow"

@@ -53,6 +53,7 @@ def test_multi_tenant_sizes_three_jobs_at_the_start_and_lets_them_arrive_in_turn
 
 
 @pytest.mark.slow  # starts interpreters
+@pytest.mark.beside
 def test_parsing_a_dag_imports_no_scipy_and_no_watch():
     """The dag-processor parses every file often: the heavy core stays out until a task runs."""
     import subprocess
