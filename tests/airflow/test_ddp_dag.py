@@ -102,9 +102,9 @@ def test_a_worker_job_scales_from_one_to_two_pods_and_ends_with_every_step(
     # fitted from it: without a multi-pod run it never believes a size above one node is faster).
     # By it, 1 worker misses the deadline and 2 make it: the minimal share is 2, the job is
     # started on 1 (initial_units) and the first watch scales it to 2.
-    name, steps = f"ddp-{uuid.uuid4().hex[:6]}", 3000
+    name, steps = f"ddp-{uuid.uuid4().hex[:6]}", 6000
     _yesterday(two_nodes.history_url, name)
-    conf = {"name": name, "steps": steps, "deadline": "PT40S", "report_dir": str(tmp_path)}
+    conf = {"name": name, "steps": steps, "deadline": "PT80S", "report_dir": str(tmp_path)}
     run = bag.dags["qosflow_test_ddp"].test(run_conf=conf)
     tis = {ti.task_id: ti for ti in run.get_task_instances()}
     acts = [
