@@ -109,17 +109,23 @@ check: venv
 	@$(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck contracts pytest-unit
 
 # Every bench prints `key: value` lines; bench/RESULTS.md is written from them (date, machine).
+# `make bench BENCHES=bench/baselines_bench.py` re-runs only the benches named and replaces only
+# their sections (each then says when and where it was re-run).
 # The DDP bench runs with PyTorch layered in (WITH_TORCH); the others in the venv.
 # On x86-64, OpenBLAS's kernel is pinned to Haswell (AVX2) unless OPENBLAS_CORETYPE is set: the
 # kernel it picks by CPU changes the last bits of the learned-speed fits, and those move the
 # learned runs by a few jobs (docs/simulator.md, "Deterministic"). Pinned, every x86-64 machine
-# with AVX2 prints the same figures.
-bench: export OPENBLAS_CORETYPE := $(or $(OPENBLAS_CORETYPE),$(if $(filter x86_64,$(shell uname -m)),Haswell))
+# with AVX2 prints the same figures. (Decided in the recipe, so only `make bench` asks uname.)
+BENCHES ?=
 bench: venv
-	@mkdir -p .qosflow; set -o pipefail; for b in bench/*_bench.py bench/fault_campaign.py; do echo "== $$b"; \
+	@mkdir -p .qosflow; set -o pipefail; \
+	if [ -z "$$OPENBLAS_CORETYPE" ] && [ "$$(uname -m)" = x86_64 ]; then \
+	  export OPENBLAS_CORETYPE=Haswell; fi; \
+	for b in $(or $(BENCHES),bench/*_bench.py bench/fault_campaign.py); do echo "== $$b"; \
 	  if [ "$$b" = bench/ddp_bench.py ]; then $(WITH_TORCH) python $$b; else $(PY) $$b; fi || exit 1; done \
-	  | tee .qosflow/bench.log
-	$(PY) bench/results.py .qosflow/bench.log > bench/RESULTS.md
+	  | tee .qosflow/bench.log || exit 1; \
+	$(PY) bench/results.py .qosflow/bench.log $(if $(BENCHES),--update bench/RESULTS.md) \
+	  > .qosflow/RESULTS.md && mv .qosflow/RESULTS.md bench/RESULTS.md
 
 demo: venv
 	$(PY) -m qosflow_airflow.demo

@@ -2,6 +2,10 @@
 
 Usage: ``python bench/results.py .qosflow/bench.log > bench/RESULTS.md`` (``make bench`` does it).
 README and docs link to the file instead of copying numbers, so a figure has one home.
+
+``python bench/results.py LOG --update bench/RESULTS.md`` replaces only the sections ``LOG``
+holds (``make bench BENCHES=bench/baselines_bench.py`` does it) and keeps the others; each section
+re-run this way says when and on which machine, since it no longer shares the header's run.
 """
 
 from __future__ import annotations
@@ -35,24 +39,57 @@ def machine() -> str:
     )
 
 
-def main(argv: list[str]) -> int:
-    log = Path(argv[1]).read_text(encoding="utf-8").splitlines()
-    print("# Benchmark results\n")
-    print(f"Written by `make bench` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.  ")
-    print(f"Machine: {machine()}.  ")
-    print(
-        "Each section is one `bench/*_bench.py`; every figure is printed by it as `key: value`.\n"
-    )
+def tables(log: list[str], note: str = "") -> dict[str, list[str]]:
+    """Each section of a bench log (``== bench/x.py`` lines) as its Markdown lines, in order."""
+    out: dict[str, list[str]] = {}
     section = None
     for line in log:
         if line.startswith("== "):
             section = line[3:].strip()
-            print(f"\n## `{section}`\n\n| key | value |\n| --- | --- |")
+            out[section] = ["", f"## `{section}`", "", *([note, ""] if note else [])]
+            out[section] += ["| key | value |", "| --- | --- |"]
             continue
         match = LINE.match(line.strip())
         if match and section is not None:
             value = match["value"].replace("|", "\\|")
-            print(f"| `{match['key']}` | {value} |")
+            out[section].append(f"| `{match['key']}` | {value} |")
+    return out
+
+
+def parse(results: str) -> tuple[list[str], dict[str, list[str]]]:
+    """An existing RESULTS.md: its header lines and each section's lines (heading included)."""
+    header: list[str] = []
+    sections: dict[str, list[str]] = {}
+    current: list[str] = header
+    for line in results.splitlines():
+        if line.startswith("## `") and line.endswith("`"):
+            if current and not current[-1]:  # the blank line before a heading is the section's
+                current.pop()
+            current = sections.setdefault(line[4:-1], [""])
+        current.append(line)
+    return header, sections
+
+
+def main(argv: list[str]) -> int:
+    log = Path(argv[1]).read_text(encoding="utf-8").splitlines()
+    now = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
+    if len(argv) == 4 and argv[2] == "--update":
+        header, sections = parse(Path(argv[3]).read_text(encoding="utf-8"))
+        note = f"Re-run alone on {now}. Machine: {machine()}."
+        for name, lines in tables(log, note).items():
+            sections[name] = lines
+        print("\n".join(header))
+        for lines in sections.values():
+            print("\n".join(lines))
+        return 0
+    print("# Benchmark results\n")
+    print(f"Written by `make bench` on {now}.  ")
+    print(f"Machine: {machine()}.  ")
+    print(
+        "Each section is one `bench/*_bench.py`; every figure is printed by it as `key: value`.\n"
+    )
+    for lines in tables(log).values():
+        print("\n".join(lines))
     return 0
 
 
