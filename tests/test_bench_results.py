@@ -1,0 +1,38 @@
+"""``bench/results.py``: RESULTS.md from a bench log, whole or one section at a time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "results.py"
+
+
+def results(tmp_path: Path, log: str, *extra: str) -> str:
+    path = tmp_path / "bench.log"
+    path.write_text(log, encoding="utf-8")
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), str(path), *extra],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout
+
+
+def test_a_section_re_run_replaces_only_its_own_and_says_when(tmp_path: Path) -> None:
+    whole = results(tmp_path, "== bench/a_bench.py\nx: 1\n== bench/b_bench.py\ny: 2\nz: a|b\n")
+    assert "| `y` | 2 |" in whole and "| `z` | a\\|b |" in whole
+    file = tmp_path / "RESULTS.md"
+    file.write_text(whole, encoding="utf-8")
+    # nothing re-run: the file comes back byte for byte
+    assert results(tmp_path, "", "--update", str(file)) == whole
+    updated = results(
+        tmp_path, "== bench/b_bench.py\ny: 3\n== bench/c_bench.py\nw: 4\n", "--update", str(file)
+    )
+    before, after = whole.split("## `bench/b_bench.py`"), updated.split("## `bench/b_bench.py`")
+    assert after[0] == before[0]  # the header and section a are untouched
+    assert "| `y` | 3 |" in after[1] and "| `z` |" not in after[1]
+    assert after[1].count("Re-run alone on ") == 2  # b, and c (new, at the end)
+    assert updated.rstrip().endswith("| `w` | 4 |")
