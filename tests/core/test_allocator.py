@@ -238,6 +238,76 @@ def test_a_slipped_guarantee_is_repaired_first_and_the_others_fit_around_it(
     assert allocate(c).jobs["b"].units == 2
 
 
+def _run(c: ClusterInput, dt: float = 60.0, decisions: int = 40) -> dict[str, float]:
+    """Allocate, act and run ``dt`` seconds until every job is done: when each finished."""
+    finished: dict[str, float] = {}
+    for _ in range(decisions):
+        if not c.jobs:
+            break
+        c = acted(c, allocate(c), dt)
+        for j in c.jobs:
+            if j.done >= j.spec.total_steps:
+                finished[j.spec.name] = c.now
+        c = replace(c, jobs=tuple(j for j in c.jobs if j.spec.name not in finished))
+    return finished
+
+
+def test_a_guarantee_with_time_to_spare_yields_to_an_earlier_deadline_and_still_makes_it() -> None:
+    # g (guaranteed): 2000 steps due in 1200 s, 2 units at a constant rate; even 4 units need
+    # 500 s, under half of its time left: it is not pressed. b (told "not guaranteed" just now):
+    # 1500 steps due in 600 s needs 3 units. Both shares do not fit in 4 units: b goes first.
+    g = job(spec("g", 2000, 1200), state=GUARANTEED)
+    b = job(spec("b", 1500, 600), state=JobState(seen=True, asked_at=T0))
+    out = allocate(cluster(g, b))
+    assert out.jobs["b"].units == 3 and not out.jobs["b"].guaranteed
+    assert out.jobs["g"].units == 1 and out.jobs["g"].guaranteed
+    assert not out.jobs["g"].state.pressed
+    assert out.wake_at is not None  # the guarantee's plan says when it must run
+    finished = _run(cluster(g, b))
+    assert finished["b"] <= T0 + 600 and finished["g"] <= T0 + 1200
+
+
+def test_a_pressed_guarantee_takes_its_share_first_and_stays_pressed() -> None:
+    # 400 s later g has not run: 4 units need 500 s of the 760 s left before deadline minus
+    # margin (more than half), so it is pressed and takes its 3-unit share before b's
+    now = T0 + 400
+    g = job(spec("g", 2000, 1200), units=2, state=GUARANTEED)
+    b = job(spec("b", 1500, 600, at=now), state=JobState(seen=True, asked_at=now))
+    out = allocate(cluster(g, b, now=now))
+    assert out.jobs["g"].units == 3 and out.jobs["g"].state.pressed
+    assert out.jobs["b"].units == 1 and not out.jobs["b"].state.pressed
+    # far ahead a minute later (100 steps left): the pressure is gone, the mark stays
+    ahead = replace(g, done=1900, units=3, state=through_json(out.jobs["g"].state))
+    later = allocate(cluster(ahead, replace(b, state=out.jobs["b"].state), now=now + 60))
+    assert later.jobs["g"].state.pressed
+
+
+def slowed(levels: tuple[int, ...], factor: float) -> Belief:
+    """n / factor steps per second on n units: the belief inflated by a conformal factor."""
+    return oracle_belief(TableCurve({n: n / factor for n in levels}), levels)
+
+
+def test_a_promise_at_risk_takes_its_fastest_size_before_an_earlier_deadline_without_one() -> None:
+    # g (guaranteed under factor 1.0): 2000 steps due in 600 s. Its plan (4 units for 500 s,
+    # filled late) needs nothing now, but the belief learnt since (factor 1.3) says even 4 units
+    # need 650 s: its promise is at risk. b (told "not guaranteed" just now, not asked again
+    # within the hour): 1000 steps due in 400 s, an earlier deadline, would need 3 units. A
+    # promise at risk is not starved: g takes all 4 units and b waits.
+    g = JobInput(
+        spec("g", 2000, 600),
+        0.0,
+        4,
+        slowed(LEVELS, 1.3),
+        GUARANTEED,
+        belief_factor=1.3,
+        belief_at=lambda f: slowed(LEVELS, f),
+    )
+    b = job(spec("b", 1000, 400, dwell=3600), state=JobState(seen=True, asked_at=T0))
+    out = allocate(replace(cluster(g, b), plan_factor=1.0))
+    assert out.jobs["g"].units == 4 and out.jobs["g"].guaranteed
+    assert out.jobs["b"].units == 0 and not out.jobs["b"].guaranteed
+
+
 def test_a_waiting_job_starts_on_what_the_guarantees_leave() -> None:
     out = allocate(cluster(job(spec("a", 1000, 600)), job(spec("e", 10**6, 600, best_effort=True))))
     assert out.jobs["a"].units >= 2
@@ -290,7 +360,7 @@ def test_a_job_that_makes_it_only_at_its_fastest_plannable_size_starts_there() -
 
 
 def test_the_state_round_trips_through_the_boards_json() -> None:
-    full = JobState(True, True, "qosflow-normal", 1.25, T0 + 1.5, T0 + 2.5, target=3)
+    full = JobState(True, True, "qosflow-normal", 1.25, T0 + 1.5, T0 + 2.5, target=3, pressed=True)
     assert through_json(full) == full
     assert through_json(JobState()) == JobState()
     assert summary.state_from_dict({}) == JobState()

@@ -45,6 +45,8 @@ class Prepared:
         guaranteed: Whether it holds a guarantee.
         tight: Inside its margin, not hopeless, and only its fastest size may make it.
         at_risk: A guarantee that even its fastest plannable size no longer saves.
+        pressed: A guarantee that takes its minimal share ahead of the jobs that are not
+            (:func:`qosflow.core.allocator.pressed`).
     """
 
     spec: JobSpec
@@ -58,6 +60,7 @@ class Prepared:
     guaranteed: bool = False
     tight: bool = False
     at_risk: bool = False
+    pressed: bool = False
     _candidate: admission.Candidate | None = None
     name: str = dataclasses.field(init=False)
     """The job's id (its spec's name)."""

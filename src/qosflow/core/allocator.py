@@ -20,9 +20,16 @@ The rules, in order:
    the units the plan needs *now*; a guarantee that slipped is repaired (run first, as fast as it
    can); an unguaranteed job that makes it only at its fastest gets that when every guarantee
    still fits (:mod:`qosflow.core.allocation`).
-3. **Minimal shares** (:func:`qosflow.core.decide.minimal_share`): guarantees, then every other
-   deadline job that can still make it, earliest deadline first; a promise at risk takes the
-   largest size the other guarantees leave.
+3. **Minimal shares** (:func:`qosflow.core.decide.minimal_share`): pressed guarantees and
+   promises at risk first, then every other deadline job that can still make it, guaranteed or
+   not, earliest deadline first. A guarantee is *pressed* once even its fastest plannable size
+   needs half of the time left before its deadline minus margin (:func:`pressed`), and stays
+   pressed; until then the backward-fill plan of rule 2 is what protects it, and it does not
+   crowd out earlier deadlines. A promise at risk (even its fastest plannable size no longer
+   saves it by the conservative bound) is never starved: with learned speeds a promise can fall
+   at risk early, and served in deadline order among the others it ended hours late. A pressed
+   guarantee that only its fastest size can save, or a promise at risk, takes the largest size
+   left when its whole share does not fit.
 4. **Rescale rules** (:func:`qosflow.core.decide.decide`): a running job keeps the size its own
    decision keeps (scale down only with hysteresis, dwell and a real benefit).
 5. **Leftover**: waiting jobs start, then spare units go one level at a time to the job saving
@@ -43,7 +50,7 @@ from dataclasses import dataclass, field, replace
 
 from qosflow.core import admission, priority
 from qosflow.core.allocation import Prepared, Units, reserve, spread
-from qosflow.core.decide import JobSnapshot, decide, minimal_share
+from qosflow.core.decide import JobSnapshot, decide, margin_for, minimal_share
 from qosflow.core.predict import Belief, finish_on
 from qosflow.core.spec import JobSpec
 
@@ -65,6 +72,8 @@ class JobState:
         target: The size the allocator last gave it (``None``: none yet). Between a target and
             the job's own step acting on it, the job still holds its old size: the allocator
             keeps the target then instead of deciding again from the old size.
+        pressed: Its guarantee has been pressed (:func:`pressed`): it takes its minimal share
+            ahead of the jobs that are not, from then on.
     """
 
     seen: bool = False
@@ -74,6 +83,7 @@ class JobState:
     asked_at: float | None = None
     rescaled_at: float | None = None
     target: int | None = None
+    pressed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +191,34 @@ def promise_of(job: JobInput, plan_factor: float | None, floor: float) -> Belief
     return job.belief_at(factor)
 
 
+PRESSED_SHARE = 0.5
+"""A guarantee is pressed once its fastest plannable size needs this share of its time left."""
+
+
+def pressed(promise: Belief, remaining: float, cap: int, due_in: float) -> bool:
+    """Whether a guarantee must now take its share ahead of the jobs without one.
+
+    Until its deadline is near, a guaranteed job is one deadline job among the others (earliest
+    deadline first) and its backward-fill plan claims the units it cannot do without. Once its
+    promise needs its fastest plannable size ``cap`` for at least :data:`PRESSED_SHARE` of the
+    ``due_in`` seconds left before its deadline minus margin, there is no room left to yield:
+    from then on it goes first. Serving every guarantee first from the start (as before) kept
+    promises by starving earlier deadlines that held none; waiting until only the fastest size
+    saves it came too late where a restart costs half a minute (docs/experiments.md).
+
+    Args:
+        promise: The belief the guarantee is planned on.
+        remaining: Steps still to run.
+        cap: Its fastest plannable size.
+        due_in: Seconds from now to its deadline minus margin.
+    """
+    if remaining <= 0:
+        return False
+    if due_in <= 0:
+        return True
+    return remaining * promise.conservative.step_time(cap) >= PRESSED_SHARE * due_in
+
+
 def prepare(job: JobInput, cluster: ClusterInput, state: JobState) -> Prepared:
     """The job readied for this decision (minimal share, class, the size it keeps)."""
     spec, belief = job.spec, job.belief
@@ -230,8 +268,25 @@ def prepare(job: JobInput, cluster: ClusterInput, state: JobState) -> Prepared:
             snap, belief, free_units=0, share=False if spec.best_effort else share, explain=False
         ).units
     promise = promise_of(job, cluster.plan_factor, state.floor)
+    due_in = spec.deadline - margin_for(spec, snap.now) - snap.now
+    urgent = (  # a promise at risk is not marked pressed (it may recover); rule 3 serves it first
+        state.guaranteed
+        and not at_risk
+        and (state.pressed or pressed(promise, remaining, cap, due_in))
+    )
     return Prepared(
-        spec, job.done, belief, snap, need, klass, keep, promise, state.guaranteed, tight, at_risk
+        spec,
+        job.done,
+        belief,
+        snap,
+        need,
+        klass,
+        keep,
+        promise,
+        state.guaranteed,
+        tight,
+        at_risk,
+        urgent,
     )
 
 
@@ -320,11 +375,11 @@ def _share(jobs: Sequence[Prepared], cluster: ClusterInput) -> tuple[dict[str, i
     )
     for job in jobs:  # 2. what the guarantees' plan needs now
         a.raise_to(job, reserved.get(job.name, 0))
-    for first in (True, False):  # 3. minimal shares: guaranteed jobs, then the rest, EDF
+    for first in (True, False):  # 3. minimal shares: pressed or at-risk promises, the rest, EDF
         for job in jobs:
-            if job.guaranteed != first:
+            if (job.pressed or (job.guaranteed and job.at_risk)) != first:
                 continue
-            if job.at_risk:  # a broken promise takes what the other guarantees leave
+            if job.at_risk or (job.guaranteed and job.tight):  # takes what is left
                 a.raise_to(job, job.need or 0)
             else:
                 a.exactly(job, job.need)
@@ -371,6 +426,8 @@ def allocate(cluster: ClusterInput) -> Allocation:
             st = replace(st, rescaled_at=float(cluster.now))
         if st.klass != klass or st.target != n:
             st = replace(st, klass=klass, target=n)
+        if job.pressed and not st.pressed:  # pressed once, pressed for good
+            st = replace(st, pressed=True)
         out[job.name] = JobAllocation(n, klass, st.guaranteed, _reason(job, n), st)
     wake_at = wake if wake is not None and wake > cluster.now else None
     return Allocation(out, tuple(d.admitted), tuple(d.rejected), d.verdicts, wake_at)

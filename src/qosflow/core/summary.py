@@ -90,6 +90,7 @@ def state_to_dict(state: JobState) -> dict[str, Any]:
         "asked_at": state.asked_at,
         "rescaled_at": state.rescaled_at,
         "target": state.target,
+        "pressed": state.pressed,
     }
 
 
@@ -108,4 +109,5 @@ def state_from_dict(data: Mapping[str, Any]) -> JobState:
         asked_at=number("asked_at"),
         rescaled_at=number("rescaled_at"),
         target=None if data.get("target") is None else int(data["target"]),
+        pressed=bool(data.get("pressed", False)),
     )
