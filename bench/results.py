@@ -70,10 +70,18 @@ def parse(results: str) -> tuple[list[str], dict[str, list[str]]]:
     return header, sections
 
 
+USAGE = "usage: python bench/results.py LOG [--update RESULTS.md]"
+
+
 def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--update"):
+        print(
+            f"{USAGE}\n(--update names the RESULTS.md whose sections LOG replaces)", file=sys.stderr
+        )
+        return 2
     log = Path(argv[1]).read_text(encoding="utf-8").splitlines()
     now = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
-    if len(argv) == 4 and argv[2] == "--update":
+    if len(argv) == 4:
         header, sections = parse(Path(argv[3]).read_text(encoding="utf-8"))
         note = f"Re-run alone on {now}. Machine: {machine()}."
         for name, lines in tables(log, note).items():

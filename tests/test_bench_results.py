@@ -36,3 +36,14 @@ def test_a_section_re_run_replaces_only_its_own_and_says_when(tmp_path: Path) ->
     assert "| `y` | 3 |" in after[1] and "| `z` |" not in after[1]
     assert after[1].count("Re-run alone on ") == 2  # b, and c (new, at the end)
     assert updated.rstrip().endswith("| `w` | 4 |")
+
+
+def test_an_update_that_names_no_file_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "bench.log"
+    path.write_text("== bench/a_bench.py\nx: 1\n", encoding="utf-8")
+    for extra in (["--update"], ["--updat", "RESULTS.md"], ["RESULTS.md"]):
+        out = subprocess.run(
+            [sys.executable, str(SCRIPT), str(path), *extra], capture_output=True, text=True
+        )
+        assert out.returncode == 2 and not out.stdout
+        assert "--update RESULTS.md" in out.stderr
