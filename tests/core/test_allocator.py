@@ -308,6 +308,22 @@ def test_a_promise_at_risk_takes_its_fastest_size_before_an_earlier_deadline_wit
     assert out.jobs["b"].units == 0 and not out.jobs["b"].guaranteed
 
 
+def test_a_promise_must_fit_next_to_the_earlier_deadlines_it_would_yield_to() -> None:
+    # b (told "not guaranteed" before, not asked again now): 1500 steps due in 600 s, 3 units.
+    # c arrives: 2400 steps due in 900 s fits the empty cluster alone (3 units for 800 s), but
+    # not next to b, which is served first until c is pressed (3900 unit-s due by 890 s on
+    # 4 units): promising c would later take b's units. So c is not guaranteed; alone it is,
+    # and so it is when b is due after it.
+    b = job(spec("b", 1500, 600, dwell=3600), state=JobState(seen=True, asked_at=T0))
+    c = job(spec("c", 2400, 900))
+    out = allocate(cluster(b, c))
+    assert not out.jobs["c"].guaranteed and "c" not in out.admitted
+    assert out.jobs["b"].units == 3
+    assert allocate(cluster(c)).jobs["c"].guaranteed
+    later = job(spec("b", 1500, 1000, dwell=3600), state=JobState(seen=True, asked_at=T0))
+    assert allocate(cluster(later, c)).jobs["c"].guaranteed
+
+
 def test_a_waiting_job_starts_on_what_the_guarantees_leave() -> None:
     out = allocate(cluster(job(spec("a", 1000, 600)), job(spec("e", 10**6, 600, best_effort=True))))
     assert out.jobs["a"].units >= 2

@@ -11,10 +11,12 @@ allocation rule is written anywhere else.
 The rules, in order:
 
 1. **Admission** (:func:`qosflow.core.admission.admit`): a job the allocator has not seen yet,
-   earliest deadline first, is tested against the guarantees (conservative speeds, margins, the
-   energy test, backward filling on the slotted capacity timeline). It is guaranteed, or told at
-   once that it is not (the counter-offer is in its reason) and then still runs best effort on
-   what the guarantees do not need, unless its spec says ``reject``. A job told "not
+   earliest deadline first, is tested against the guarantees and every deadline job without a
+   promise due before it, as if it held one (it would yield to them until pressed, rule 3), with
+   conservative speeds, margins, the energy test and backward filling on the slotted capacity
+   timeline. It is guaranteed, or told at once that it is not (the counter-offer is in its
+   reason) and then still runs best effort on what the guarantees do not need, unless its spec
+   says ``reject``. A job told "not
    guaranteed" is asked again when a job finished (capacity freed), else once per dwell period.
 2. **Guarantees first**: the guarantees are re-planned with backward filling every time and get
    the units the plan needs *now*; a guarantee that slipped is repaired (run first, as fast as it
@@ -28,8 +30,10 @@ The rules, in order:
    crowd out earlier deadlines. A promise at risk (even its fastest plannable size no longer
    saves it by the conservative bound) is never starved: with learned speeds a promise can fall
    at risk early, and served in deadline order among the others it ended hours late. A pressed
-   guarantee that only its fastest size can save, or a promise at risk, takes the largest size
-   left when its whole share does not fit.
+   guarantee that only its fastest size can save takes the largest size left when its whole
+   share does not fit, and so does a promise at risk, except one that even its expected (median)
+   speed no longer saves: that one takes only what the other guarantees' minimal shares leave
+   (a promise already lost must not break one on track).
 4. **Rescale rules** (:func:`qosflow.core.decide.decide`): a running job keeps the size its own
    decision keeps (scale down only with hysteresis, dwell and a real benefit).
 5. **Leftover**: waiting jobs start, then spare units go one level at a time to the job saving
@@ -321,16 +325,39 @@ class _Decision:
         asking.sort(key=lambda j: (j.spec.deadline, j.spec.submitted_at, j.name))
         promised = sorted((j.name, j.candidate()) for j in self.jobs.values() if j.guaranteed)
         for job in asking:
-            self._ask(job, promised)
+            self._ask(job, promised, self._ahead_of(job))
         for name, st in self.states.items():
             if not st.seen:
                 self.states[name] = replace(st, seen=True)
 
-    def _ask(self, job: Prepared, promised: list[tuple[str, admission.Candidate]]) -> None:
+    def _ahead_of(self, job: Prepared) -> list[admission.Candidate]:
+        """The jobs without a promise that rule 3 serves before ``job`` until it is pressed.
+
+        Every deadline job that can still make it and is due before ``job``, as admission's
+        test sees a guarantee: a guarantee yields to earlier deadlines until it is pressed, so
+        a promise must fit next to them too, or pressing it later takes their units.
+        """
+        return [
+            replace(j.candidate(), guaranteed=True)
+            for j in self.jobs.values()
+            if not j.guaranteed
+            and not j.spec.best_effort
+            and j.need is not None
+            and j.spec.deadline < job.spec.deadline
+            and j.name != job.name
+            and j.name not in self.rejected  # told no in this decision: it never runs
+        ]
+
+    def _ask(
+        self,
+        job: Prepared,
+        promised: list[tuple[str, admission.Candidate]],
+        ahead: list[admission.Candidate],
+    ) -> None:
         first = not self.states[job.name].seen
         verdict = admission.admit(
             job.candidate(),
-            [c for _, c in promised],
+            [c for _, c in promised] + ahead,
             capacity=self.cluster.capacity,
             now=float(self.cluster.now),
             if_not_guaranteed=job.spec.if_not_guaranteed,
@@ -367,6 +394,13 @@ def _order(job: Prepared) -> tuple[int, float, int, float, str]:
     return (group, job.spec.deadline, RANK.get(job.klass, 99), job.spec.submitted_at, job.name)
 
 
+def _lost(job: Prepared) -> bool:
+    """A promise at risk that even its expected speed no longer saves at the size it may use."""
+    size = job.need or job.belief.levels[0]
+    end = finish_on(job.belief.median, job.snap.now, math.ceil(job.remaining), size)
+    return end > job.spec.deadline
+
+
 def _share(jobs: Sequence[Prepared], cluster: ClusterInput) -> tuple[dict[str, int], int | None]:
     """Rules 2-5 on jobs in allocation order: units per job and when to decide again."""
     a = Units({j.name: 0 for j in jobs}, cluster.capacity)
@@ -379,7 +413,14 @@ def _share(jobs: Sequence[Prepared], cluster: ClusterInput) -> tuple[dict[str, i
         for job in jobs:
             if (job.pressed or (job.guaranteed and job.at_risk)) != first:
                 continue
-            if job.at_risk or (job.guaranteed and job.tight):  # takes what is left
+            if first and job.at_risk and _lost(job):  # not at the cost of promises on track
+                owed = sum(
+                    max((g.need or 0) - a.units[g.name], 0)
+                    for g in jobs
+                    if g.guaranteed and not g.at_risk and g.name != job.name
+                )
+                a.raise_to(job, min(job.need or 0, a.units[job.name] + a.free - owed))
+            elif job.at_risk or (job.guaranteed and job.tight):  # takes what is left
                 a.raise_to(job, job.need or 0)
             else:
                 a.exactly(job, job.need)
