@@ -324,6 +324,18 @@ def test_a_promise_must_fit_next_to_the_earlier_deadlines_it_would_yield_to() ->
     assert allocate(cluster(later, c)).jobs["c"].guaranteed
 
 
+def test_an_earlier_deadline_that_does_not_fit_next_to_the_guarantees_blocks_no_promise() -> None:
+    # g holds a promise: 2000 steps due in 600 s (4 units for 500 s). b, told "not guaranteed"
+    # and not asked again now, fits alone (1500 steps due in 600 s) but not next to g, which
+    # squeezes it out once pressed. c (2000 steps due in 2400 s) fits after g: b must not count.
+    g = job(spec("g", 2000, 600), state=GUARANTEED)
+    b = job(spec("b", 1500, 600, dwell=3600), state=JobState(seen=True, asked_at=T0))
+    c = job(spec("c", 2000, 2400))
+    out = allocate(cluster(g, b, c))
+    assert out.jobs["c"].guaranteed and out.admitted == ("c",)
+    assert not out.jobs["b"].guaranteed
+
+
 def test_a_waiting_job_starts_on_what_the_guarantees_leave() -> None:
     out = allocate(cluster(job(spec("a", 1000, 600)), job(spec("e", 10**6, 600, best_effort=True))))
     assert out.jobs["a"].units >= 2

@@ -12,8 +12,8 @@ The rules, in order:
 
 1. **Admission** (:func:`qosflow.core.admission.admit`): a job the allocator has not seen yet,
    earliest deadline first, is tested against the guarantees and every deadline job without a
-   promise due before it, as if it held one (it would yield to them until pressed, rule 3), with
-   conservative speeds, margins, the energy test and backward filling on the slotted capacity
+   promise due before it that the guarantees leave room for, as if it held one (it would yield to
+   them until pressed, rule 3), with conservative speeds, margins, the energy test and backward filling on the slotted capacity
    timeline. It is guaranteed, or told at once that it is not (the counter-offer is in its
    reason) and then still runs best effort on what the guarantees do not need, unless its spec
    says ``reject``. A job told "not guaranteed" is asked again when a job finished (capacity
@@ -324,28 +324,56 @@ class _Decision:
                 asking.append(job)
         asking.sort(key=lambda j: (j.spec.deadline, j.spec.submitted_at, j.name))
         promised = sorted((j.name, j.candidate()) for j in self.jobs.values() if j.guaranteed)
+        rivals = self._rivals(promised) if asking else []
         for job in asking:
-            self._ask(job, promised, self._ahead_of(job))
+            self._ask(job, promised, self._ahead_of(job, rivals))
         for name, st in self.states.items():
             if not st.seen:
                 self.states[name] = replace(st, seen=True)
 
-    def _ahead_of(self, job: Prepared) -> list[admission.Candidate]:
-        """The jobs without a promise that rule 3 serves before ``job`` until it is pressed.
+    def _rivals(
+        self, promised: list[tuple[str, admission.Candidate]]
+    ) -> list[tuple[float, str, admission.Candidate]]:
+        """The deadline jobs without a promise that rule 3 may serve ahead of a guarantee.
 
-        Every deadline job that can still make it and is due before ``job``, as admission's
-        test sees a guarantee: a guarantee yields to earlier deadlines until it is pressed, so
-        a promise must fit next to them too, or pressing it later takes their units.
+        Every one that can still make it and that the guarantees' plan leaves room for, filled
+        after the guarantees, earliest deadline first (as admission's test sees a guarantee): a
+        guarantee yields to earlier deadlines until it is pressed, so a promise must fit next to
+        them too, or pressing it later takes their units. One that does not fit next to the
+        guarantees is squeezed out by them anyway and is not counted. ``(deadline, name,
+        candidate)``, by deadline.
         """
-        return [
-            replace(j.candidate(), guaranteed=True)
+        pool = [
+            j
             for j in self.jobs.values()
-            if not j.guaranteed
-            and not j.spec.best_effort
-            and j.need is not None
-            and j.spec.deadline < job.spec.deadline
-            and j.name != job.name
-            and j.name not in self.rejected  # told no in this decision: it never runs
+            if not j.guaranteed and not j.spec.best_effort and j.need is not None
+        ]
+        if not pool:
+            return []
+        rivals = [replace(j.candidate(), guaranteed=True) for j in pool]
+        plan = admission.backward_fill(
+            [c for _, c in promised] + rivals,
+            capacity=self.cluster.capacity,
+            now=float(self.cluster.now),
+            slot_s=float(self.cluster.slot_s),
+            first={name for name, _ in promised},
+        )
+        left_out = set(plan.failed)
+        return sorted(
+            (j.spec.deadline, j.name, c)
+            for j, c in zip(pool, rivals, strict=True)
+            if j.name not in left_out
+        )
+
+    def _ahead_of(
+        self, job: Prepared, rivals: list[tuple[float, str, admission.Candidate]]
+    ) -> list[admission.Candidate]:
+        """The rivals due before ``job``: not itself, nor one guaranteed or refused since."""
+        told = {*self.admitted, *self.rejected}
+        return [
+            c
+            for deadline, name, c in rivals
+            if deadline < job.spec.deadline and name != job.name and name not in told
         ]
 
     def _ask(
