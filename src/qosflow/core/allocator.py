@@ -12,12 +12,12 @@ The rules, in order:
 
 1. **Admission** (:func:`qosflow.core.admission.admit`): a job the allocator has not seen yet,
    earliest deadline first, is tested against the guarantees and every deadline job without a
-   promise due before it that the guarantees leave room for, as if it held one (it would yield to
-   them until pressed, rule 3), with conservative speeds, margins, the energy test and backward filling on the slotted capacity
-   timeline. It is guaranteed, or told at once that it is not (the counter-offer is in its
-   reason) and then still runs best effort on what the guarantees do not need, unless its spec
-   says ``reject``. A job told "not guaranteed" is asked again when a job finished (capacity
-   freed), else once per dwell period.
+   promise due before it that the guarantees leave room for, as if it held one (it would yield
+   to them until pressed, rule 3), with conservative speeds, margins, the energy test and
+   backward filling on the slotted capacity timeline. It is guaranteed, or told at once that it
+   is not (the counter-offer is in its reason) and then still runs best effort on what the
+   guarantees do not need, unless its spec says ``reject``. A job told "not guaranteed" is
+   asked again when a job finished (capacity freed), else once per dwell period.
 2. **Guarantees first**: the guarantees are re-planned with backward filling every time and get
    the units the plan needs *now*; a guarantee that slipped is repaired (run first, as fast as it
    can); an unguaranteed job that makes it only at its fastest gets that when every guarantee
