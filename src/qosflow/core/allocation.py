@@ -23,7 +23,7 @@ import numpy as np
 
 from qosflow.core import admission
 from qosflow.core.decide import BENEFIT_FACTOR, JobSnapshot
-from qosflow.core.predict import Belief, Calibration
+from qosflow.core.predict import Belief, Calibration, finish_on
 from qosflow.core.spec import JobSpec
 
 
@@ -72,6 +72,13 @@ class Prepared:
     def remaining(self) -> float:
         """Steps still to run."""
         return max(self.spec.total_steps - self.done, 0.0)
+
+    @property
+    def lost(self) -> bool:
+        """Even its expected (median) speed no longer makes its deadline at the size it may use."""
+        size = self.need or self.belief.levels[0]
+        end = finish_on(self.belief.median, self.snap.now, math.ceil(self.remaining), size)
+        return end > self.spec.deadline
 
     def candidate(self) -> admission.Candidate:
         """The job as admission and the backward fill see it (on its promise; made once)."""

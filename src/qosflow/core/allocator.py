@@ -422,13 +422,6 @@ def _order(job: Prepared) -> tuple[int, float, int, float, str]:
     return (group, job.spec.deadline, RANK.get(job.klass, 99), job.spec.submitted_at, job.name)
 
 
-def _lost(job: Prepared) -> bool:
-    """A promise at risk that even its expected speed no longer saves at the size it may use."""
-    size = job.need or job.belief.levels[0]
-    end = finish_on(job.belief.median, job.snap.now, math.ceil(job.remaining), size)
-    return end > job.spec.deadline
-
-
 def _share(jobs: Sequence[Prepared], cluster: ClusterInput) -> tuple[dict[str, int], int | None]:
     """Rules 2-5 on jobs in allocation order: units per job and when to decide again."""
     a = Units({j.name: 0 for j in jobs}, cluster.capacity)
@@ -441,7 +434,7 @@ def _share(jobs: Sequence[Prepared], cluster: ClusterInput) -> tuple[dict[str, i
         for job in jobs:
             if (job.pressed or (job.guaranteed and job.at_risk)) != first:
                 continue
-            if first and job.at_risk and _lost(job):  # not at the cost of promises on track
+            if first and job.at_risk and job.lost:  # not at the cost of promises on track
                 owed = sum(
                     max((g.need or 0) - a.units[g.name], 0)
                     for g in jobs
