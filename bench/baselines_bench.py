@@ -100,11 +100,16 @@ def versus(key: str, ours: int, total: int, best: tuple[str, float]) -> float:
     return score
 
 
+def seed_workload(rate: float, workload: int) -> Workload:
+    """The seed paper's CPU setting at ``rate`` jobs/h, drawn with generator seed ``workload``."""
+    return load_workload(f"seed:rate_per_hour={rate},jobs={SEED_JOBS}", "4x16", "A100", workload)
+
+
 def seed_paper() -> None:
     """Section 1: the seed paper's CPU setting at five arrival rates."""
     for regime, rate in SEED_REGIMES:
         start = time.perf_counter()
-        w = load_workload(f"seed:rate_per_hour={rate},jobs={SEED_JOBS}", "4x16", "A100", 1)
+        w = seed_workload(rate, SEED_WORKLOADS[0])
         ub = upper_bound(bound_jobs(w), w.shape.total, slot=600.0, time_limit=60.0)
         named = "sufficient" if ub.sufficient else "insufficient"
         say(f"seed.{regime}.rate_per_hour", rate)
@@ -132,13 +137,12 @@ def seed_paper() -> None:
 def over_workloads(regime: str, rate: float, first: dict[str, int], m: RunMetrics) -> None:
     """Seed paper at one rate over every workload seed: deadlines met, summed, and violations.
 
-    ``first`` holds each policy's met count on workload seed 1 (run already); the upper bound is
+    ``first`` holds each policy's met count on the first workload seed (run already); the bound is
     not solved for the others (its time limit would dominate the section).
     """
     sums, violations, jobs = dict(first), m.guarantee_violations, m.deadline_jobs
     for workload in SEED_WORKLOADS[1:]:
-        spec = f"seed:rate_per_hour={rate},jobs={SEED_JOBS}"
-        w = load_workload(spec, "4x16", "A100", workload)
+        w = seed_workload(rate, workload)
         for policy in (*SEED_BASELINES, "qosflow"):
             run = metrics_of(w, policy, 60, overhead=SEED_OVERHEAD)
             sums[policy] += run.met
