@@ -593,3 +593,30 @@ def test_a_minute_scale_job_is_told_in_seconds_and_minutes() -> None:
     verdict = admit(new, [], capacity=8, now=NOW)
     assert "needs 1 min 30 s even alone at 8 units but only 1 min are left" in verdict.reason
     assert " h " not in verdict.reason and "0.0" not in verdict.reason
+
+
+@PROPS
+@given(
+    st.lists(st.floats(1e-6, 1e3), min_size=1, max_size=12, unique=True),
+    st.floats(1e-3, 1e6),
+    st.floats(1.0, 1e7),
+)
+def test_the_first_rate_fast_enough_is_found_exactly(
+    rates: list[float], target: float, span: float
+) -> None:
+    """The fill's smallest share is the first level whose rate does the work in the window.
+
+    The search divides once and corrects to the products' rounding: it must agree with the
+    plain search on ``rate * span`` on every input, boundary cases included.
+    """
+    import bisect
+
+    from qosflow.core.timeline import _first_rate
+
+    ordered = sorted(rates)
+    exact = bisect.bisect_left(ordered, target, key=lambda r: r * span)
+    assert _first_rate(ordered, target, span) == exact
+    on_edge = ordered[len(ordered) // 2] * span  # a target exactly on a level's work
+    assert _first_rate(ordered, on_edge, span) == bisect.bisect_left(
+        ordered, on_edge, key=lambda r: r * span
+    )

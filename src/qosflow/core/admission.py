@@ -233,7 +233,7 @@ def _slot0(jobs: Sequence[FillJob], placed: Mapping[str, Placement]) -> dict[str
 class _Setup:
     """One newcomer against the guarantees; the slotted timeline is built on first use.
 
-    Most asks end at the energy test (:func:`_obstacle`), which needs no timeline.
+    Most asks that get this far end at the energy test, which needs no timeline.
     """
 
     healthy: Sequence[FillJob]  # in deadline order
@@ -359,7 +359,8 @@ def admit(
             binary search over the timeline; skip it when nobody will read the offer).
         explain: When ``new`` is not guaranteed, also plan the guaranteed jobs for the verdict's
             ``reservations``, ``shares`` and ``at_risk``. A caller that reads only the kind (the
-            cluster allocator asking a waiting job again) passes ``False`` and gets them empty.
+            cluster allocator asking a waiting job again) passes ``False`` and gets them empty;
+            a job too slow even alone is then told so without ``admitted`` being read.
 
     Raises:
         SpecError: On a bad capacity, time, slot length or policy.
@@ -371,7 +372,8 @@ def admit(
         )
     if not 0.0 < max_utilisation <= 1.0:
         raise SpecError("max_utilisation", f"must be in (0, 1] (got {max_utilisation})")
-    sp = fill_job(new, capacity, 0).sp
+    fresh = fill_job(new, capacity, 0)
+    sp = fresh.sp
     if new.remaining_steps == 0:
         return Verdict("guaranteed", 0, f"{new.name} has no steps left to run", None)
     if sp.units.size < 2:
@@ -382,22 +384,29 @@ def admit(
         return Verdict(
             "best_effort", int(sp.units[1]), f"{new.name} has no deadline to guarantee", None
         )
+    reject = if_not_guaranteed == "reject"
+    why = _too_slow(fresh, new, now)
+    if why is not None and not explain:  # no need to look at the guarantees to say no
+        return _refusal(fresh, why, now=now, reject=reject)
     s = _setup(new, admitted, capacity, now, slot_s, max_utilisation)
-    why = _obstacle(s, new, now)
+    if why is None:
+        why = s.energy.check(s.fresh, s.fresh.due)
     if why is None:
         verdict = _guarantee(s, new)
         if isinstance(verdict, Verdict):
             return verdict
         why = verdict
-    reject = if_not_guaranteed == "reject"
     return _not_guaranteed(
         s, new, why, now=now, reject=reject, counter_offer=counter_offer, explain=explain
     )
 
 
-def _obstacle(s: _Setup, new: Candidate, now: float) -> str | None:
-    """Why ``new`` cannot be guaranteed before any placement (too slow alone, energy), or None."""
-    fresh = s.fresh
+def _too_slow(fresh: FillJob, new: Candidate, now: float) -> str | None:
+    """Why ``new`` cannot make its deadline (minus margin) even alone at its fastest, or None.
+
+    Most of the allocator's asks end here (a waiting job asked again every time a job ends),
+    so it needs neither the guarantees nor the timeline.
+    """
     need = fresh.alone_s
     if now + need > new.deadline:
         left = new.deadline - now
@@ -412,7 +421,7 @@ def _obstacle(s: _Setup, new: Candidate, now: float) -> str | None:
             f"but only {duration(left, against=need)} are left before its deadline minus a "
             f"{duration(new.margin)} margin"
         )
-    return s.energy.check(fresh, fresh.due)
+    return None
 
 
 def _guarantee(s: _Setup, new: Candidate) -> Verdict | str:
@@ -455,10 +464,9 @@ def _not_guaranteed(
     best-effort at its fastest size, and its own progress then shows what it can really do.
     Without ``explain`` the plan (and so the offer) is skipped.
     """
-    kind: Kind = "rejected" if reject else "best_effort"
-    units = 0 if kind == "rejected" else s.fresh.quickest(s.fresh.due - now)
+    verdict = _refusal(s.fresh, why, now=now, reject=reject)
     if not explain:
-        return Verdict(kind, units, f"not guaranteed: {why}", None)
+        return verdict
     s.tl.reset()
     snapshots: list[IntArray] = []
     base, base_failed = place_in_order(s.tl, s.healthy, stop=False, snapshots=snapshots)
@@ -467,4 +475,21 @@ def _not_guaranteed(
     offer = _offer(s, base, base_failed, snapshots, new.margin) if counter_offer else None
     why += f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""
     at_risk = (*s.at_risk, *base_failed)
-    return Verdict(kind, units, f"not guaranteed: {why}", offer, reservations, shares, at_risk)
+    return replace(
+        verdict,
+        reason=f"not guaranteed: {why}",
+        counter_offer=offer,
+        reservations=reservations,
+        shares=shares,
+        at_risk=at_risk,
+    )
+
+
+def _refusal(fresh: FillJob, why: str, *, now: float, reject: bool) -> Verdict:
+    """Not guaranteed, without the plan (rejected on request, else best effort).
+
+    A best-effort job gets the smallest size that would make its deadline alone, else its fastest.
+    """
+    kind: Kind = "rejected" if reject else "best_effort"
+    units = 0 if kind == "rejected" else fresh.quickest(fresh.due - now)
+    return Verdict(kind, units, f"not guaranteed: {why}", None)

@@ -19,8 +19,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from qosflow.core import admission
 from qosflow.core.decide import BENEFIT_FACTOR, JobSnapshot
 from qosflow.core.predict import Belief, Calibration, finish_on
@@ -205,9 +203,10 @@ def reserve(
         if not row.size:
             continue
         now_units[name] = int(row[0])
-        changes = np.flatnonzero(row != row[0])
-        if changes.size:
-            t = float(plan.edges[int(changes[0])])
+        changed = row != row[0]
+        first = int(changed.argmax())
+        if changed[first]:
+            t = float(plan.edges[first])
             wake = t if wake is None else min(wake, t)
     return now_units, None if wake is None else math.ceil(wake)
 

@@ -251,6 +251,19 @@ class Placement:
     share: int
 
 
+def _first_rate(rates: Sequence[float], target: float, span: float) -> int:
+    """First index with ``rates[i] * span >= target`` (``rates`` ascending, ``span`` > 0).
+
+    A bisection on ``target / span``, then corrected to the products' own rounding.
+    """
+    i = bisect.bisect_left(rates, target / span)
+    while i > 0 and rates[i - 1] * span >= target:
+        i -= 1
+    while i < len(rates) and rates[i] * span < target:
+        i += 1
+    return i
+
+
 class Timeline:
     """Free units per slot, mutated as jobs are placed (a local workspace, never shared)."""
 
@@ -288,7 +301,7 @@ class Timeline:
             return None
         target, rates = need * (1.0 - EPS), job.sp.rates
         span = self.edge_list[end] - self.edge_list[first]
-        lo = bisect.bisect_left(job.sp.rate_list, target, key=lambda r: r * span)
+        lo = _first_rate(job.sp.rate_list, target, span)
         if lo >= rates.size:
             return None
         start = max(self.index(self.edge_list[end] - target / float(rates[lo])), first)
@@ -336,16 +349,16 @@ class FillPlan:
     Attributes:
         edges: Slot edges (epoch seconds), one more than slots.
         free: Units left free in each slot after every placement.
-        units: Per job, the units it gets in each slot (running units in the pinned slots).
-        shares: Per placed job, its minimal satisfactory share (unit cap).
+        pins: Per job in the fill, the units it keeps in the pinned slots (0: none).
+        placements: Per placed job, where the fill put it.
         failed: Jobs (in deadline order) the fill could not place.
         pinned_slots: Leading slots in which running guaranteed jobs keep their units.
     """
 
     edges: FloatArray
     free: IntArray
-    units: Mapping[str, IntArray]
-    shares: Mapping[str, int]
+    pins: Mapping[str, int]
+    placements: Mapping[str, Placement]
     failed: tuple[str, ...]
     pinned_slots: int
 
@@ -353,6 +366,24 @@ class FillPlan:
     def ok(self) -> bool:
         """Whether every job was placed."""
         return not self.failed
+
+    @property
+    def shares(self) -> dict[str, int]:
+        """Per placed job, its minimal satisfactory share (unit cap)."""
+        return {name: p.share for name, p in self.placements.items()}
+
+    @property
+    def units(self) -> dict[str, IntArray]:
+        """Per job, the units it gets in each slot (running units in the pinned slots).
+
+        Built on each access: most plans are only asked which jobs failed.
+        """
+        rows = {name: np.zeros(self.free.size, dtype=np.int64) for name in self.pins}
+        for name, pin in self.pins.items():
+            rows[name][: self.pinned_slots] = pin
+        for name, p in self.placements.items():
+            rows[name][p.start : p.end] = p.alloc
+        return rows
 
 
 def edf(jobs: Sequence[FillJob]) -> list[FillJob]:
@@ -417,10 +448,5 @@ def backward_fill(
     placed, failed = place_in_order(
         tl, [*ahead, *edf([j for j in js if j.name not in first])], stop=False
     )
-    units = {j.name: np.zeros(tl.lens.size, dtype=np.int64) for j in js}
-    for j in js:
-        units[j.name][: tl.npin] = j.pin_units
-    for name, p in placed.items():
-        units[name][p.start : p.end] = p.alloc
-    shares = {k: p.share for k, p in placed.items()}
-    return FillPlan(tl.edges, tl.free.copy(), units, shares, tuple(failed), tl.npin)
+    pins = {j.name: j.pin_units for j in js}
+    return FillPlan(tl.edges, tl.free, pins, placed, tuple(failed), tl.npin)
