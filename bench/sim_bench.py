@@ -11,7 +11,9 @@ reference numbers of ElasticFlow's own simulator, read from ``REFERENCE.md``'s C
    modes (seeds 1-10 on three traces: ``bench/baselines_bench.py``);
 5. (the seed paper's CPU setting moved to ``bench/baselines_bench.py``: every baseline, five
    arrival rates);
-6. cluster04 (15,802 jobs, 1,024 GPUs) with qosflow: wall time and peak memory (own process).
+6. cluster04 (15,802 jobs, 1,024 GPUs) with qosflow: wall time and peak memory (own process),
+   after the interpreter's speed on this machine (``cluster04.python_loop_s``: 20 M additions
+   in a Python loop), so that wall times from two machines can be compared.
 
 ``--quick`` skips the two large traces (cluster01, cluster04).
 """
@@ -149,6 +151,11 @@ def cluster04() -> None:
         "            return next(int(x.split()[1]) // 1024 for x in f if x.startswith('VmHWM:'))\n"
         "    except (OSError, StopIteration):\n"
         "        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024\n"
+        "t = time.perf_counter()\n"
+        "s = 0\n"
+        "for i in range(20_000_000):\n"
+        "    s += i\n"
+        "print('cluster04.python_loop_s:', f'{time.perf_counter() - t:.2f}')\n"
         "from qosflow.cli.simulate import load_workload, run_policy\n"
         "from qosflow.sim.trace import elasticflow_dir\n"
         f"w = load_workload(str(elasticflow_dir() / '{MS}/cluster04.csv'), '128x8', 'A100', 1)\n"
