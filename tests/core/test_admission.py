@@ -20,6 +20,7 @@ from qosflow.core.admission import (
     candidate,
     least_energy,
     timeline,
+    too_slow,
 )
 from qosflow.core.errors import SpecError
 
@@ -620,3 +621,24 @@ def test_the_first_rate_fast_enough_is_found_exactly(
     assert _first_rate(ordered, on_edge, span) == bisect.bisect_left(
         ordered, on_edge, key=lambda r: r * span
     )
+
+
+@PROPS
+@given(scenarios(), st.booleans())
+def test_a_job_too_slow_alone_is_told_so_whatever_else_runs(
+    case: tuple[Candidate, list[Candidate], int], explain: bool
+) -> None:
+    """``too_slow`` answers for admission: what it names is admission's reason, never a guarantee.
+
+    The allocator asks it first when it asks a waiting job again, and skips gathering the
+    guarantees and the jobs ahead when it names a reason; that is only sound if admission, given
+    those jobs, would have said the same.
+    """
+    new, admitted, capacity = case
+    why = too_slow(new, capacity=capacity, now=NOW)
+    verdict = admit(new, admitted, capacity=capacity, now=NOW, slot_s=SLOT, explain=explain)
+    if why is not None:
+        assert verdict.kind == "best_effort"
+        assert verdict.reason.startswith(f"not guaranteed: {why}")
+    elif not alone_feasible(new, capacity, new.due) and new.remaining_steps:
+        assert verdict.kind != "guaranteed" or not math.isfinite(new.deadline)

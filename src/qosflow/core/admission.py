@@ -66,6 +66,7 @@ __all__ = [
     "candidate",
     "least_energy",
     "timeline",
+    "too_slow",
 ]
 
 Kind = Literal["guaranteed", "best_effort", "rejected"]
@@ -385,7 +386,7 @@ def admit(
             "best_effort", int(sp.units[1]), f"{new.name} has no deadline to guarantee", None
         )
     reject = if_not_guaranteed == "reject"
-    why = _too_slow(fresh, new, now)
+    why = too_slow(new, capacity=capacity, now=now)
     if why is not None and not explain:  # no need to look at the guarantees to say no
         return _refusal(fresh, why, now=now, reject=reject)
     s = _setup(new, admitted, capacity, now, slot_s, max_utilisation)
@@ -401,12 +402,16 @@ def admit(
     )
 
 
-def _too_slow(fresh: FillJob, new: Candidate, now: float) -> str | None:
+def too_slow(new: Candidate, *, capacity: int, now: float) -> str | None:
     """Why ``new`` cannot make its deadline (minus margin) even alone at its fastest, or None.
 
-    Most of the allocator's asks end here (a waiting job asked again every time a job ends),
-    so it needs neither the guarantees nor the timeline.
+    ``None`` also where :func:`admit` answers before this test (nothing left, no deadline, no
+    size fits). Most of the allocator's asks end here; it reads neither the guarantees nor the
+    timeline, so a caller that reads only the verdict's kind need not gather the other jobs.
     """
+    fresh = fill_job(new, capacity, 0)
+    if new.remaining_steps == 0 or not math.isfinite(new.deadline) or fresh.sp.units.size < 2:
+        return None
     need = fresh.alone_s
     if now + need > new.deadline:
         left = new.deadline - now
@@ -486,10 +491,7 @@ def _not_guaranteed(
 
 
 def _refusal(fresh: FillJob, why: str, *, now: float, reject: bool) -> Verdict:
-    """Not guaranteed, without the plan (rejected on request, else best effort).
-
-    A best-effort job gets the smallest size that would make its deadline alone, else its fastest.
-    """
+    """Not guaranteed, no plan: rejected on request, else best effort at its quickest size."""
     kind: Kind = "rejected" if reject else "best_effort"
     units = 0 if kind == "rejected" else fresh.quickest(fresh.due - now)
     return Verdict(kind, units, f"not guaranteed: {why}", None)

@@ -92,6 +92,16 @@ class Prepared:
         return self._candidate
 
 
+def reason(job: Prepared, units: int) -> str:
+    """The allocation of one job, in words."""
+    if units == 0:
+        return "waits: the guarantees' plan and the jobs ahead of it hold every unit now"
+    why = "guaranteed" if job.guaranteed else "not guaranteed"
+    why = "best effort" if job.spec.best_effort else why
+    share = f"minimal share {job.need}" if job.need is not None else "no size known to make it"
+    return f"{why}; {share}; {units} units ({job.klass})"
+
+
 def ratchet(old: Calibration | None, new: Calibration) -> Calibration:
     """The learnt factor only ever grows (the first one learnt replaces the default).
 

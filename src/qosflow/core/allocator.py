@@ -53,7 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from qosflow.core import admission, priority
-from qosflow.core.allocation import Prepared, Units, reserve, spread
+from qosflow.core.allocation import Prepared, Units, reason, reserve, spread
 from qosflow.core.decide import JobSnapshot, decide, margin_for, minimal_share
 from qosflow.core.predict import Belief, finish_on
 from qosflow.core.spec import JobSpec
@@ -324,12 +324,27 @@ class _Decision:
                 asking.append(job)
         asking.sort(key=lambda j: (j.spec.deadline, j.spec.submitted_at, j.name))
         promised = sorted((j.name, j.candidate()) for j in self.jobs.values() if j.guaranteed)
-        rivals = self._rivals(promised) if asking else []
+        rivals = None  # built for the first ask that needs them
         for job in asking:
+            if self._still_too_slow(job):
+                continue
+            if rivals is None:
+                rivals = self._rivals(promised)
             self._ask(job, promised, self._ahead_of(job, rivals))
         for name, st in self.states.items():
             if not st.seen:
                 self.states[name] = replace(st, seen=True)
+
+    def _still_too_slow(self, job: Prepared) -> bool:
+        """A job asked again that even alone cannot make it (told already: no plan needed)."""
+        c, now = self.cluster, float(self.cluster.now)
+        if self.states[job.name].seen and admission.too_slow(
+            job.candidate(), capacity=c.capacity, now=now
+        ):
+            if job.spec.if_not_guaranteed == "reject":  # as _ask would
+                self.rejected.append(job.name)
+            return True
+        return False
 
     def _rivals(
         self, promised: list[tuple[str, admission.Candidate]]
@@ -452,16 +467,6 @@ def _share(jobs: Sequence[Prepared], cluster: ClusterInput) -> tuple[dict[str, i
     return spread(jobs, a.units, a.free), wake  # 5b. spare units where they save the most
 
 
-def _reason(job: Prepared, units: int) -> str:
-    """The allocation of one job, in words."""
-    if units == 0:
-        return "waits: the guarantees' plan and the jobs ahead of it hold every unit now"
-    why = "guaranteed" if job.guaranteed else "not guaranteed"
-    why = "best effort" if job.spec.best_effort else why
-    share = f"minimal share {job.need}" if job.need is not None else "no size known to make it"
-    return f"{why}; {share}; {units} units ({job.klass})"
-
-
 def allocate(cluster: ClusterInput) -> Allocation:
     """Admit, order and size every active job (see the module docstring).
 
@@ -490,6 +495,6 @@ def allocate(cluster: ClusterInput) -> Allocation:
             st = replace(st, klass=klass, target=n)
         if job.pressed and not st.pressed:  # pressed once, pressed for good
             st = replace(st, pressed=True)
-        out[job.name] = JobAllocation(n, klass, st.guaranteed, _reason(job, n), st)
+        out[job.name] = JobAllocation(n, klass, st.guaranteed, reason(job, n), st)
     wake_at = wake if wake is not None and wake > cluster.now else None
     return Allocation(out, tuple(d.admitted), tuple(d.rejected), d.verdicts, wake_at)
