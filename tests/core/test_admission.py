@@ -642,3 +642,62 @@ def test_a_job_too_slow_alone_is_told_so_whatever_else_runs(
         assert verdict.reason.startswith(f"not guaranteed: {why}")
     elif not alone_feasible(new, capacity, new.due) and new.remaining_steps:
         assert verdict.kind != "guaranteed" or not math.isfinite(new.deadline)
+
+
+@PROPS
+@given(scenarios(), st.booleans(), st.data())
+def test_a_plans_units_now_and_their_first_change_are_its_rows(
+    case: tuple[Candidate, list[Candidate], int], new_first: bool, data: st.DataObject
+) -> None:
+    """``FillPlan.changes`` reads what the rows say, without building them.
+
+    The allocator takes each guarantee's units now and the time the plan next changes (when it
+    decides again) from it at every decision. Running jobs keep their units in the pinned slots.
+    """
+    new, admitted, capacity = case
+    jobs, free = [], capacity
+    for c in [*admitted, dataclasses.replace(new, guaranteed=True)]:
+        running = data.draw(st.sampled_from([0, *(n for n in c.levels if n <= free)]))
+        free -= running
+        jobs.append(dataclasses.replace(c, running_units=running))
+    plan = backward_fill(
+        jobs, capacity=capacity, now=NOW, slot_s=SLOT, first={"new"} if new_first else ()
+    )
+    rows = {name: row for name, row in plan.units.items() if row.size}
+    expected = {}
+    for name, row in rows.items():
+        changed = np.flatnonzero(row != row[0])
+        expected[name] = (int(row[0]), int(changed[0]) if changed.size else None)
+    assert plan.changes() == expected
+
+
+def test_a_plans_changes_where_a_placement_and_the_pins_overlap() -> None:
+    """A job done inside the pinned slots keeps its pin there; arrays and bare levels both read."""
+    from qosflow.core.timeline import Placement
+
+    edges = NOW + 60.0 * np.arange(7)
+    plan = FillPlan(
+        edges,
+        np.zeros(6, dtype=np.int64),
+        {"done_early": 2, "array": 0, "level": 1, "left": 3, "flat": 0},
+        {
+            "done_early": Placement(1, 1, 0, 2),
+            "array": Placement(2, 5, np.array([1, 1, 4]), 4),
+            "level": Placement(3, 6, 1, 1),
+            "flat": Placement(0, 6, 2, 2),
+        },
+        (),
+        3,
+    )
+    expected = {}
+    for name, row in plan.units.items():
+        changed = np.flatnonzero(row != row[0])
+        expected[name] = (int(row[0]), int(changed[0]) if changed.size else None)
+    assert expected == {
+        "done_early": (2, 3),
+        "array": (0, 2),
+        "level": (1, None),
+        "left": (3, 3),
+        "flat": (2, None),
+    }
+    assert plan.changes() == expected

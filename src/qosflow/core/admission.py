@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from qosflow.core.decide import margin_for
 from qosflow.core.errors import SpecError
 from qosflow.core.timeline import (
     COARSE_BLOCK,
@@ -87,8 +88,6 @@ def candidate(
     limit); step times are the belief's conservative ones; the margin is
     :func:`qosflow.core.decide.margin_for`.
     """
-    from qosflow.core.decide import margin_for  # lazy: decide imports predict
-
     levels, step_time = _plannable(belief, spec.resources.levels, spec.resources.min)
     return Candidate(
         name=spec.name,

@@ -209,13 +209,9 @@ def reserve(
         plan = last_chances(plan, cands, jobs, capacity=capacity, now=now, slot_s=slot_s)
     wake: float | None = None
     now_units: dict[str, int] = {}
-    for name, row in plan.units.items():
-        if not row.size:
-            continue
-        now_units[name] = int(row[0])
-        changed = row != row[0]
-        first = int(changed.argmax())
-        if changed[first]:
+    for name, (units, first) in plan.changes().items():
+        now_units[name] = units
+        if first is not None:
             t = float(plan.edges[first])
             wake = t if wake is None else min(wake, t)
     return now_units, None if wake is None else math.ceil(wake)

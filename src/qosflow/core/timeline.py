@@ -385,6 +385,52 @@ class FillPlan:
             rows[name][p.start : p.end] = p.alloc
         return rows
 
+    def changes(self) -> dict[str, tuple[int, int | None]]:
+        """Per job, :attr:`units` in the first slot and the first slot where they change.
+
+        ``None``: they never change. Read off the pins and placements without building the rows
+        (the allocator asks this of the guarantees' plan at every decision); a plan of no slot
+        has no entry.
+        """
+        n, pinned = self.free.size, self.pinned_slots
+        out: dict[str, tuple[int, int | None]] = {}
+        if not n:
+            return out
+        for name, pin in self.pins.items():
+            p = self.placements.get(name)
+            if p is None:  # the pinned slots, then nothing
+                out[name] = _first_change([(0, pinned, pin), (pinned, n, 0)], n)
+            else:  # the placement overwrites the pins where they overlap
+                a, b = min(pinned, p.start), max(pinned, p.end)
+                pieces = [(0, a, pin), (a, p.start, 0), (p.start, p.end, p.alloc)]
+                out[name] = _first_change([*pieces, (p.end, b, pin), (b, n, 0)], n)
+        return out
+
+
+def _first_change(pieces: list[tuple[int, int, int | IntArray]], n: int) -> tuple[int, int | None]:
+    """A row given as consecutive ``(start, end, units)`` pieces: its first value, where it changes.
+
+    The pieces cover ``[0, n)`` in order (empty ones and any part past ``n`` are skipped);
+    ``units`` is one level throughout its piece or one value per slot.
+    """
+    now: int | None = None
+    for lo, hi, value in pieces:
+        hi = min(hi, n)
+        if lo >= hi:
+            continue
+        if isinstance(value, np.ndarray):
+            got = value[: hi - lo]
+            if now is None:
+                now = int(got[0])
+            diff = got != now
+            if diff.any():
+                return now, lo + int(diff.argmax())
+        elif now is None:
+            now = int(value)
+        elif value != now:
+            return now, lo
+    return (now if now is not None else 0), None
+
 
 def edf(jobs: Sequence[FillJob]) -> list[FillJob]:
     """Jobs in earliest-effective-deadline order, ties by insertion."""
