@@ -13,6 +13,7 @@ The steps of :func:`qosflow.core.allocator.allocate` after admission, in the ord
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import heapq
 import math
@@ -241,12 +242,9 @@ class Units:
 
 
 def fit_level(levels: tuple[int, ...], limit: int) -> int:
-    """Largest level at most ``limit`` (0 when none fits)."""
-    best = 0
-    for n in levels:
-        if n <= limit:
-            best = n
-    return best
+    """Largest level at most ``limit`` (0 when none fits); ``levels`` ascending."""
+    i = bisect.bisect_right(levels, limit)
+    return levels[i - 1] if i else 0
 
 
 def level_gain(job: Prepared, have: int) -> tuple[float, int] | None:
@@ -255,9 +253,11 @@ def level_gain(job: Prepared, have: int) -> tuple[float, int] | None:
     Growing costs a rescale, so it must save more than the core's benefit factor times the
     rescale overhead, and a job inside its dwell time is not moved at all.
     """
-    up = next((n for n in job.belief.levels if n > have), None)
-    if up is None or up > job.belief.knee or dwelling(job):
+    levels = job.belief.levels
+    i = bisect.bisect_right(levels, have)  # the next level up (levels ascend)
+    if i == len(levels) or levels[i] > job.belief.knee or dwelling(job):
         return None
+    up = levels[i]
     med = job.belief.median
     saved = job.remaining * (med.step_time(have) - med.step_time(up))
     if saved <= BENEFIT_FACTOR * job.snap.rescale_overhead_s:

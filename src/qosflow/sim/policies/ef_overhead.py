@@ -8,6 +8,7 @@ and, on a cluster of several switches, of the order of its free-node list across
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 from qosflow.sim.policy import Placed
@@ -24,6 +25,10 @@ class _NodeSet:
     jobs: list[tuple[str, int]]
 
 
+_UTIL = operator.attrgetter("util")
+"""A node set's used GPUs (the sort key of a class's sets)."""
+
+
 def _reclass(groups: dict[int, list[_NodeSet]], ns: _NodeSet, node_size: int, home: int) -> None:
     """File a node set under the largest class dividing its free GPUs (the artifact's rule)."""
     free = len(ns.nodes) * node_size - ns.util
@@ -31,8 +36,8 @@ def _reclass(groups: dict[int, list[_NodeSet]], ns: _NodeSet, node_size: int, ho
     if free > 0:
         target = next(c for c in _LARGEST_FIRST if c <= free and free % c == 0)
     groups[target].append(ns)
-    groups[home].sort(key=lambda g: g.util)
-    groups[target].sort(key=lambda g: g.util)
+    groups[home].sort(key=_UTIL)
+    groups[target].sort(key=_UTIL)
 
 
 def _fit(groups: dict[int, list[_NodeSet]], cls: int, job: tuple[str, int], size: int) -> bool:
