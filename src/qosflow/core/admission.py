@@ -385,7 +385,7 @@ def admit(
             "best_effort", int(sp.units[1]), f"{new.name} has no deadline to guarantee", None
         )
     reject = if_not_guaranteed == "reject"
-    why = too_slow(new, capacity=capacity, now=now)
+    why = _too_slow(fresh, new, now)
     if why is not None and not explain:  # no need to look at the guarantees to say no
         return _refusal(fresh, why, now=now, reject=reject)
     s = _setup(new, admitted, capacity, now, slot_s, max_utilisation)
@@ -404,13 +404,17 @@ def admit(
 def too_slow(new: Candidate, *, capacity: int, now: float) -> str | None:
     """Why ``new`` cannot make its deadline (minus margin) even alone at its fastest, or None.
 
-    ``None`` also where :func:`admit` answers before this test (nothing left, no deadline, no
-    size fits). Most of the allocator's asks end here; it reads neither the guarantees nor the
-    timeline, so a caller that reads only the verdict's kind need not gather the other jobs.
+    ``None`` also where :func:`admit` answers first (nothing left, no deadline, no size fits).
+    It reads neither the guarantees nor the timeline: most of the allocator's asks end here.
     """
     fresh = fill_job(new, capacity, 0)
     if new.remaining_steps == 0 or not math.isfinite(new.deadline) or fresh.sp.units.size < 2:
         return None
+    return _too_slow(fresh, new, now)
+
+
+def _too_slow(fresh: FillJob, new: Candidate, now: float) -> str | None:
+    """:func:`too_slow` on the job's fill view, past its guards (``admit`` has passed them)."""
     need = fresh.alone_s
     if now + need > new.deadline:
         left = new.deadline - now
