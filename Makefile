@@ -72,10 +72,12 @@ pytest-k8s36: venv
 	  tests/argo/test_recorded_contract.py
 
 # The trainer's data-parallel mode (real torchrun processes): PyTorch layered over the locked venv.
-# The tests marked `torch` live in tests/trainer (collecting only there saves ~10 s).
+# The tests marked `torch` live in tests/trainer (collecting only there saves ~10 s). Their contract
+# report is a file of their own: `make test` runs them beside pytest-unit.
 pytest-torch: venv
 	@$(WITH_TORCH) python -c "import torch; print('torch', torch.__version__)"
-	$(WITH_TORCH) python -m pytest -q -p no:cacheprovider -m torch tests/trainer tests/airflow/test_ddp_dag.py
+	QOSFLOW_CONTRACT_REPORT=.qosflow/contract-report-torch.json \
+	  $(WITH_TORCH) python -m pytest -q -p no:cacheprovider -m torch tests/trainer tests/airflow/test_ddp_dag.py
 
 # Build the wheel, install it (with the argo extra) in a clean venv, run the CLI outside the repo
 # (also part of `make test`: tests/test_wheel.py is in the suite).
@@ -93,15 +95,15 @@ chromium:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; \
 	} || { echo "error: could not install chromium (needs apt-get, as root or with sudo)" >&2; exit 1; }
 
-# `make pytest`, split in three: the fast tests (no real process; they tolerate a busy machine, as
-# in `make check`) and the `beside` slow tests run side by side with lint, typecheck, contracts and
-# pytest-k8s36 (its suites are fast tests too); then the other slow tests, and the DDP tests, each
-# alone on the machine.
+# `make pytest`, split in two: the fast tests (no real process; they tolerate a busy machine, as
+# in `make check`), the `beside` slow tests and the DDP tests (their checks hold on a busy machine:
+# the DDP DAG's rescale follows from its recorded history, and its deadline only warns) run side by
+# side with lint, typecheck, contracts and pytest-k8s36 (its suites are fast tests too); then the
+# other slow tests, alone on the machine.
 test: chromium
-	@$(MAKE) --no-print-directory -j6 --output-sync=target lint typecheck contracts pytest-unit \
-	  pytest-beside pytest-k8s36
+	@$(MAKE) --no-print-directory -j7 --output-sync=target lint typecheck contracts pytest-unit \
+	  pytest-beside pytest-k8s36 pytest-torch
 	@$(MAKE) --no-print-directory pytest-slow
-	@$(MAKE) --no-print-directory pytest-torch
 
 # `make check` before every commit (under two minutes: its four parts run side by side, each
 # one's output shown whole when it ends); `make test` runs everything.
