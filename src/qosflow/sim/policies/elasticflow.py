@@ -22,7 +22,6 @@ artifact's (:class:`ElasticFlowOverhead`). Ties are broken exactly like the arti
 
 from __future__ import annotations
 
-import heapq
 import math
 import sys
 from bisect import bisect_left, bisect_right
@@ -36,7 +35,6 @@ from qosflow.sim.policies.ef_plan import (
     align,
     gpu_seconds,
     plan,
-    value_at,
 )
 from qosflow.sim.policy import Completion, JobView, SlotDecision, SlotSnapshot
 from qosflow.sim.trace import ThroughputTable
@@ -257,30 +255,39 @@ class ElasticFlow:
         """First change point after ``now`` of the profile with ``job``'s reservation given back.
 
         Equal to the first key after ``now`` of :meth:`_unreserved` (which merges equal values),
-        without building it.
+        without building it: one walk over the profile's change points and the reservation's
+        (its allocations, then zero from its end on), both sorted, from ``now`` on.
         """
         assert job.plan is not None
         keys, vals = self._profile
         allocs, end = job.plan.allocations, job.plan.end
-
-        def own(t: int) -> int:
-            if t >= end:
-                return 0
-            k = 0
-            for a, units in allocs:
-                if a > t:
-                    break
-                k = units
-            return k
-
-        start = bisect_right(keys, now)
-        extra = sorted({a for a, _ in allocs if a > now} | ({end} if end > now else set()))
-        prev = value_at(self._profile, now, 0) + own(now)
-        for t in heapq.merge(keys[start:], extra):
-            cur = value_at((keys, vals), t, 0) + own(t)
-            if cur != prev:
+        n_keys, n_allocs = len(keys), len(allocs)
+        ki = bisect_right(keys, now)
+        free = vals[ki - 1] if ki else 0
+        ai, own = 0, 0
+        while ai < n_allocs and allocs[ai][0] <= now:
+            own = allocs[ai][1]
+            ai += 1
+        ended = now >= end
+        prev = free + (0 if ended else own)
+        while True:
+            t = keys[ki] if ki < n_keys else BIG
+            if ai < n_allocs and allocs[ai][0] < t:
+                t = allocs[ai][0]
+            if not ended and end < t:
+                t = end
+            if t >= BIG:
+                return None
+            if ki < n_keys and keys[ki] == t:  # keys are distinct
+                free = vals[ki]
+                ki += 1
+            while ai < n_allocs and allocs[ai][0] == t:
+                own = allocs[ai][1]
+                ai += 1
+            if t == end:
+                ended = True
+            if free + (0 if ended else own) != prev:
                 return t
-        return None
 
     def _trial(
         self, j: str, left: dict[str, float], snap: SlotSnapshot, *, want_profile: bool = True
