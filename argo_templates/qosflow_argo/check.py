@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Literal
 
@@ -215,8 +216,15 @@ def claim(cluster: ArgoCluster, name: str) -> Finding:
 def run_checks(
     cluster: ArgoCluster, *, checkpoint_claim: str | None = None, require_gpu: bool = False
 ) -> list[Finding]:
-    """Every check, in order; later checks are skipped when a server cannot be reached."""
-    findings = [argo_server(cluster), kubernetes(cluster)]
+    """Every check, in order; later checks are skipped when a server cannot be reached.
+
+    The two servers are asked side by side: each may spend its whole retry budget before it
+    counts as unreachable, and a check of a cluster that is not there waits for one budget, not
+    two.
+    """
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="qosflow-check") as pool:
+        servers = [pool.submit(argo_server, cluster), pool.submit(kubernetes, cluster)]
+        findings = [server.result() for server in servers]
     if any(f.status == "fail" for f in findings):
         return findings
     findings += [permissions(cluster), template(cluster), ladder(cluster)]
