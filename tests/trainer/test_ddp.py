@@ -32,7 +32,7 @@ from qosflow_trainer.progress import parse_progress
 
 from .torch_procs import SMALL, Proc, Procs, cpu, free_port, require_torch
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(900)]  # WAIT_S per wait
 REL = 1e-9
 
 

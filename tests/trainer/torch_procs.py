@@ -21,6 +21,11 @@ from typing import Any
 
 import pytest
 
+WAIT_S = 300.0
+"""How long a test waits for an event or an exit before it calls the process hung. `make test` runs
+these tests at nice 10 beside the slow stories: a trainer started while a story keeps both CPUs
+busy gets about a tenth of one, and at nice 19 one did not start within the 90 s this was."""
+
 # A few milliseconds a step, yet real matrix products and a real all-reduce.
 SMALL = {
     "QOSFLOW_WIDTH": "64",
@@ -93,7 +98,7 @@ class Proc:
         return "".join(self.stderr_lines)[-3000:]
 
     def wait_event(
-        self, pred: Callable[[dict[str, Any]], bool], timeout: float = 90.0
+        self, pred: Callable[[dict[str, Any]], bool], timeout: float = WAIT_S
     ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
@@ -109,7 +114,7 @@ class Proc:
                 return event
         raise AssertionError(f"event not seen (exit {self.proc.poll()}); stderr:\n{self.log()}")
 
-    def finish(self, timeout: float = 90.0) -> tuple[int, list[dict[str, Any]]]:
+    def finish(self, timeout: float = WAIT_S) -> tuple[int, list[dict[str, Any]]]:
         assert self.proc.stdout is not None
         out = self.proc.stdout.read()
         self.proc.wait(timeout=timeout)
