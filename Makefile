@@ -43,8 +43,8 @@ pytest: venv
 
 # The rest of `pytest` (with pytest-unit and pytest-beside): the tests that start real processes
 # (trainers, local clusters, Airflow deployments) and size their jobs from the speeds they measure
-# or measure step rates, so `make test` runs them one at a time, with only low-priority work
-# beside them. (Each part's contract report is a file of its own: pytest-unit's stays.)
+# or measure step rates, so `make test` runs them with nothing else beside them. (Each part's
+# contract report is a file of its own: pytest-unit's stays.)
 pytest-slow: venv
 	QOSFLOW_CONTRACT_REPORT=.qosflow/contract-report-slow.json \
 	  $(PY) -m pytest -m "slow and not beside and not torch"
@@ -95,25 +95,15 @@ chromium:
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium; \
 	} || { echo "error: could not install chromium (needs apt-get, as root or with sudo)" >&2; exit 1; }
 
-# `make pytest`, split in two, both halves at once. The slow tests that size their jobs from
-# speeds they measure or measure a step rate (`make pytest-slow`) run at the normal priority. The
-# rest runs beside them at a lower one (nice 10: a tenth of a busy CPU's time, all of an idle
-# one's): lint, typecheck, contracts, the fast tests (no real process; they tolerate a busy
-# machine, as in `make check`), pytest-k8s36 (fast tests too), the `beside` slow tests and the DDP
-# tests (their checks hold on a busy machine: the DDP DAG's rescale follows from its recorded
-# history, and its deadline only warns). The stories wait on sensors, pod starts and Airflow's
-# loops for much of their time, and the low-priority half fills those CPU-seconds. At nice 19 it
-# got too little: a DDP test's trainer, starved while a story used both CPUs, did not start within
-# its 90 s. Both halves always run to their end; the exit code fails if either failed.
-LOW_PRIORITY := nice -n 10
-test: chromium venv
-	@$(LOW_PRIORITY) $(MAKE) --no-print-directory -j7 --output-sync=target lint typecheck \
-	  contracts pytest-unit pytest-beside pytest-k8s36 pytest-torch & low=$$!; \
-	$(MAKE) --no-print-directory pytest-slow; slow=$$?; \
-	wait $$low; low=$$?; \
-	[ $$slow = 0 ] && [ $$low = 0 ] || { \
-	  echo "make test failed: pytest-slow exit $$slow, the low-priority half exit $$low" >&2; \
-	  exit 1; }
+# `make pytest`, split in two: the fast tests (no real process; they tolerate a busy machine, as
+# in `make check`), the `beside` slow tests and the DDP tests (their checks hold on a busy machine:
+# the DDP DAG's rescale follows from its recorded history, and its deadline only warns) run side by
+# side with lint, typecheck, contracts and pytest-k8s36 (its suites are fast tests too); then the
+# other slow tests, alone on the machine.
+test: chromium
+	@$(MAKE) --no-print-directory -j7 --output-sync=target lint typecheck contracts pytest-unit \
+	  pytest-beside pytest-k8s36 pytest-torch
+	@$(MAKE) --no-print-directory pytest-slow
 
 # `make check` before every commit (under two minutes: its four parts run side by side, each
 # one's output shown whole when it ends); `make test` runs everything.
