@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 WAIT_S = 300.0
-"""How long a test waits for an event or an exit before it calls the process hung. `make test` runs
-these tests at nice 10 beside the slow stories: a trainer started while a story keeps both CPUs
-busy gets about a tenth of one, and at nice 19 one did not start within the 90 s this was."""
+"""How long a test waits for an event or an exit before it calls the process hung: a bound on a
+hang, not on speed. These tests run beside others (`make test`); run at nice 19 beside the slow
+stories, a trainer got so little CPU that it did not start within the 90 s this was."""
 
 # A few milliseconds a step, yet real matrix products and a real all-reduce.
 SMALL = {
