@@ -116,3 +116,14 @@ def test_the_cli_loads_no_airflow_hera_or_kubernetes() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_cli_loads_the_simulator_and_scipy_only_to_simulate() -> None:
+    # about a second of every other command's start (`qosflow --help`, `argo check`, `local up`)
+    code = (
+        "import sys, qosflow.cli; qosflow.cli.build_parser(); "
+        "print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] == 'scipy' or m.startswith(('qosflow.sim', 'qosflow.cli.simulate'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

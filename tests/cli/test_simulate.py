@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from in_process import qosflow
 
-from qosflow.cli.simulate import add_subcommands
+from qosflow.cli.sim_commands import add_subcommands
 from qosflow.core.errors import SpecError
 from qosflow.sim.trace import elasticflow_dir, packaged_dir
 

@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     argo_commands.add_subcommands(sub)
 
-    for module in ("qosflow.local.cli", "qosflow.cli.simulate"):
+    for module in ("qosflow.local.cli", "qosflow.cli.sim_commands"):
         try:
             mod = importlib.import_module(module)
         except ImportError:  # pragma: no cover - optional parts not built into this install
