@@ -99,31 +99,27 @@ def test_modules_and_functions_stay_small() -> None:
     assert too_long == []
 
 
-def test_importing_the_trainer_helpers_loads_only_the_standard_library() -> None:
-    code = (
-        "import sys, qosflow_trainer\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names)"
-        " - {'__main__', 'qosflow_trainer'}))"
-    )
+def _loaded(setup: str, which: str) -> list[str]:
+    """The modules ``setup`` leaves loaded in a fresh interpreter for which ``which`` (of ``m``) holds."""
+    code = f"import sys\n{setup}\nprint(sorted(m for m in sys.modules if {which}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    loaded: list[str] = ast.literal_eval(out.stdout.strip())
+    return loaded
+
+
+def test_importing_the_trainer_helpers_loads_only_the_standard_library() -> None:
+    mine = "sys.stdlib_module_names | {'__main__', 'qosflow_trainer'}"
+    assert _loaded("import qosflow_trainer", f"m.split('.')[0] not in {mine}") == []
+
+
+CLI = "import qosflow.cli; qosflow.cli.build_parser()"
 
 
 def test_the_cli_loads_no_airflow_hera_or_kubernetes() -> None:
-    code = (
-        "import sys, qosflow.cli; qosflow.cli.build_parser(); "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'airflow', 'hera', 'kubernetes'}))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert _loaded(CLI, "m.split('.')[0] in {'airflow', 'hera', 'kubernetes'}") == []
 
 
 def test_the_cli_loads_the_simulator_and_scipy_only_to_simulate() -> None:
     # about a second of every other command's start (`qosflow --help`, `argo check`, `local up`)
-    code = (
-        "import sys, qosflow.cli; qosflow.cli.build_parser(); "
-        "print(sorted(m for m in sys.modules "
-        "if m.split('.')[0] == 'scipy' or m.startswith(('qosflow.sim', 'qosflow.cli.simulate'))))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    which = "m.split('.')[0] == 'scipy' or m.startswith(('qosflow.sim', 'qosflow.cli.simulate'))"
+    assert _loaded(CLI, which) == []
