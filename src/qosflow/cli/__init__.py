@@ -36,6 +36,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from qosflow.cli import argo as argo_commands
+from qosflow.cli import sim_commands
 from qosflow.cli.files import read_spec, spec_or_file
 from qosflow.core.cluster_spec import ClusterSpec, load_cluster
 from qosflow.core.errors import QosflowError, SpecError
@@ -306,15 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     argo_commands.add_subcommands(sub)
 
-    for module in ("qosflow.local.cli", "qosflow.cli.sim_commands"):
-        try:
-            mod = importlib.import_module(module)
-        except ImportError:  # pragma: no cover - optional parts not built into this install
-            continue
-        if module == "qosflow.local.cli":
-            mod.add_subcommands(sub, on_up=argo_commands.install_on_local)
-        else:
-            mod.add_subcommands(sub)
+    try:
+        local = importlib.import_module("qosflow.local.cli")
+    except ImportError:  # pragma: no cover - optional parts not built into this install
+        pass
+    else:
+        local.add_subcommands(sub, on_up=argo_commands.install_on_local)
+    sim_commands.add_subcommands(sub)
     return parser
 
 
