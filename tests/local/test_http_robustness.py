@@ -9,7 +9,6 @@ import http.client
 import json
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,12 +79,12 @@ def test_bad_content_length_is_400(tight: LocalCluster, listener: str, length: s
 
 
 def test_short_body_is_408_after_the_read_timeout(tight: LocalCluster) -> None:
+    # a server that waited on (no timeout, or a longer one) would leave the client's 5 s socket
+    # timeout to end the test with an error: the 408 itself shows the 0.3 s was applied
     with _connect(tight.argo_url) as sock:
         sock.sendall(_head("POST", WORKFLOWS, {**_auth(tight), "Content-Length": "100"}) + b"{")
-        started = time.monotonic()
         status, body = _answer(sock)
         assert status == 408 and "did not arrive within 0.3 s" in body["message"]
-        assert time.monotonic() - started < 3
         assert sock.recv(1) == b""  # and the connection is closed cleanly
 
 
@@ -104,9 +103,10 @@ def test_a_trickled_body_cannot_outlast_the_timeout(tight: LocalCluster) -> None
     feeder = threading.Thread(target=trickle, daemon=True)
     feeder.start()
     try:
-        started = time.monotonic()
+        # a timeout restarted by every byte would let the body arrive whole after 50 s: a 400
+        # (not JSON), long after the client's 5 s socket timeout has ended the test
         status, _ = _answer(sock)
-        assert status == 408 and time.monotonic() - started < 3
+        assert status == 408
     finally:
         stop.set()
         feeder.join()
