@@ -672,7 +672,11 @@ def test_a_plans_units_now_and_their_first_change_are_its_rows(
 
 
 def test_a_plans_changes_where_a_placement_and_the_pins_overlap() -> None:
-    """A job done inside the pinned slots keeps its pin there; arrays and bare levels both read."""
+    """A job done inside the pinned slots keeps its pin there; arrays and bare levels both read.
+
+    The rows are spelled out: :attr:`FillPlan.units` and :meth:`FillPlan.changes` read the same
+    pieces, so comparing the two alone would not catch a wrong rule.
+    """
     from qosflow.core.timeline import Placement
 
     edges = NOW + 60.0 * np.arange(7)
@@ -689,6 +693,14 @@ def test_a_plans_changes_where_a_placement_and_the_pins_overlap() -> None:
         (),
         3,
     )
+    rows = {name: row.tolist() for name, row in plan.units.items()}
+    assert rows == {
+        "done_early": [2, 2, 2, 0, 0, 0],
+        "array": [0, 0, 1, 1, 4, 0],
+        "level": [1, 1, 1, 1, 1, 1],
+        "left": [3, 3, 3, 0, 0, 0],
+        "flat": [2, 2, 2, 2, 2, 2],
+    }
     expected = {}
     for name, row in plan.units.items():
         changed = np.flatnonzero(row != row[0])

@@ -378,33 +378,34 @@ class FillPlan:
 
         Built on each access: most plans are only asked which jobs failed.
         """
-        rows = {name: np.zeros(self.free.size, dtype=np.int64) for name in self.pins}
+        n = self.free.size
+        rows: dict[str, IntArray] = {}
         for name, pin in self.pins.items():
-            rows[name][: self.pinned_slots] = pin
-        for name, p in self.placements.items():
-            rows[name][p.start : p.end] = p.alloc
+            row = rows[name] = np.zeros(n, dtype=np.int64)
+            for lo, end, value in self._pieces(name, pin):
+                hi = min(end, n)
+                if lo < hi:
+                    row[lo:hi] = value[: hi - lo] if isinstance(value, np.ndarray) else value
         return rows
 
     def changes(self) -> dict[str, tuple[int, int | None]]:
         """Per job, :attr:`units` in the first slot and the first slot where they change.
 
-        ``None``: they never change. Read off the pins and placements without building the rows
-        (the allocator asks this of the guarantees' plan at every decision); a plan of no slot
-        has no entry.
+        ``None``: they never change. Read off the same pieces as :attr:`units` without building
+        the rows (the allocator asks this of the guarantees' plan at every decision); a plan of
+        no slot has no entry.
         """
-        n, pinned = self.free.size, self.pinned_slots
-        out: dict[str, tuple[int, int | None]] = {}
-        if not n:
-            return out
-        for name, pin in self.pins.items():
-            p = self.placements.get(name)
-            if p is None:  # the pinned slots, then nothing
-                out[name] = _first_change([(0, pinned, pin), (pinned, n, 0)], n)
-            else:  # the placement overwrites the pins where they overlap
-                a, b = min(pinned, p.start), max(pinned, p.end)
-                pieces = [(0, a, pin), (a, p.start, 0), (p.start, p.end, p.alloc)]
-                out[name] = _first_change([*pieces, (p.end, b, pin), (b, n, 0)], n)
-        return out
+        n = self.free.size
+        return {k: _first_change(self._pieces(k, p), n) for k, p in self.pins.items()} if n else {}
+
+    def _pieces(self, name: str, pin: int) -> list[tuple[int, int, int | IntArray]]:
+        """A job's row as ``(start, end, units)`` pieces: its pins, then 0, under its placement."""
+        pinned, n = self.pinned_slots, self.free.size
+        p = self.placements.get(name)
+        if p is None:
+            return [(0, pinned, pin), (pinned, n, 0)]
+        a, b = min(pinned, p.start), max(pinned, p.end)
+        return [(0, a, pin), (a, p.start, 0), (p.start, p.end, p.alloc), (p.end, b, pin), (b, n, 0)]
 
 
 def _first_change(pieces: list[tuple[int, int, int | IntArray]], n: int) -> tuple[int, int | None]:
