@@ -79,8 +79,8 @@ def test_bad_content_length_is_400(tight: LocalCluster, listener: str, length: s
 
 
 def test_short_body_is_408_after_the_read_timeout(tight: LocalCluster) -> None:
-    # a server that waited on (no timeout, or a longer one) would leave the client's 5 s socket
-    # timeout to end the test with an error: the 408 itself shows the 0.3 s was applied
+    # a server without a read timeout (or one of 5 s or more) leaves the client's 5 s socket
+    # timeout to end the test with an error; the message names the timeout the reader applied
     with _connect(tight.argo_url) as sock:
         sock.sendall(_head("POST", WORKFLOWS, {**_auth(tight), "Content-Length": "100"}) + b"{")
         status, body = _answer(sock)

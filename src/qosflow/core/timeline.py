@@ -396,7 +396,7 @@ class FillPlan:
         no slot has no entry.
         """
         n = self.free.size
-        return {k: _first_change(self._pieces(k, p), n) for k, p in self.pins.items()} if n else {}
+        return {k: _first_change(self._pieces(k, v), n) for k, v in self.pins.items()} if n else {}
 
     def _pieces(self, name: str, pin: int) -> list[tuple[int, int, int | IntArray]]:
         """A job's row as ``(start, end, units)`` pieces: its pins, then 0, under its placement."""
