@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from qosflow.local.body import SafeYamlLoader
 from qosflow.local.names import name_problem, namespace_problem
 from qosflow.local.pod_validation import pod_causes
 from qosflow.local.quantity import parse as parse_quantity
@@ -159,7 +160,7 @@ def pod_spec_patch(patch: Any, field: str, *, literal_only: bool = False) -> Obj
     if patch is None or patch == "" or (literal_only and templated(patch)):
         return {}
     try:
-        doc = yaml.safe_load(patch) if isinstance(patch, str) else patch
+        doc = yaml.load(patch, Loader=SafeYamlLoader) if isinstance(patch, str) else patch
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise _bad(field, f"not valid JSON or YAML: {first}") from None
