@@ -5,8 +5,10 @@ loss as an uninterrupted run.
 
 The step rate is the trainer's own: its ``step`` events carry a ``time.monotonic`` stamp, so the
 test only sleeps through the windows instead of polling (which would take CPU from the trainer).
-The ≥ 1.5× assertion is skipped, with the measured numbers, only on a host whose 1-minute load
-average exceeded its core count before the measurement (other work owns the second CPU there).
+How much faster is a performance figure (``bench/trainer_bench.py``); the test asserts ≥ 1.25×,
+and skips that one assertion, with the measured numbers, only where the host shows that the second
+CPU was not the pod's: a 1-minute load average above the core count before the measurement, the
+trainer's threads waiting for a CPU, or the hypervisor stealing the CPUs during it.
 """
 
 from __future__ import annotations
@@ -154,6 +156,12 @@ def waiting_s(pid: int) -> float:
     return total / 1e9
 
 
+def host_steal() -> tuple[int, int]:
+    """(stolen, all) CPU ticks of the host so far (``/proc/stat``; a hypervisor steals them)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return ticks[7], sum(ticks)  # user nice system idle iowait irq softirq steal
+
+
 def measure(seconds: float) -> tuple[float, float]:
     """Sleep through a measurement window and return its (start, end) on the monotonic clock."""
     start = time.monotonic()
@@ -204,9 +212,11 @@ def test_in_place_resize_raises_the_step_rate(cluster: ArgoCluster, tmp_path: Pa
         )
         assert threads[-1]["workers"] == 2, threads[-1]
         time.sleep(WARMUP_S)
-        waited = waiting_s(pid)
+        waited, steal = waiting_s(pid), host_steal()
         windows2 = [measure(WINDOW_S), measure(WINDOW_S)]  # a transient dip is not the speed
         waited = (waiting_s(pid) - waited) / (windows2[-1][1] - windows2[0][0])
+        after = host_steal()
+        stolen = (after[0] - steal[0]) / max(after[1] - steal[1], 1)
     finally:
         cluster.stop(first.name)
     rate1 = max(measured_rate(log, *w, threads=1) for w in windows1)
@@ -215,11 +225,12 @@ def test_in_place_resize_raises_the_step_rate(cluster: ArgoCluster, tmp_path: Pa
     numbers = (
         f"step rate 1 CPU {rate1:.1f}/s, 2 CPUs {rate2:.1f}/s, ratio {rate2 / rate1:.2f} "
         f"(load {load:.1f} on {cores} CPUs before the measurement; with 2 CPUs its threads "
-        f"waited {waited:.2f} s/s for a CPU)"
+        f"waited {waited:.2f} s/s for a CPU; the hypervisor stole {stolen:.0%} of the host's CPUs)"
     )
     print(numbers)
-    # other work on the host, before the measurement (load) or during it (run-queue wait)
-    if rate2 < 1.25 * rate1 and (load > cores or waited > 0.25):
+    # other work on the host, before the measurement (load) or during it (run-queue wait, or
+    # the hypervisor running other machines on our CPUs: steal, which the run-queue wait misses)
+    if rate2 < 1.25 * rate1 and (load > cores or waited > 0.25 or stolen > 0.1):
         pytest.skip(f"host oversubscribed by other work, the second CPU is not free: {numbers}")
     # What a user relies on: the resize made the running job clearly faster. How much faster
     # (>= 1.5x on an idle host) is a performance figure: bench/trainer_bench.py's
