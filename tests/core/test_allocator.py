@@ -308,6 +308,17 @@ def test_a_promise_at_risk_takes_its_fastest_size_before_an_earlier_deadline_wit
     assert out.jobs["b"].units == 0 and not out.jobs["b"].guaranteed
 
 
+def test_a_promise_is_judged_at_its_fastest_size_not_at_a_thin_knee_believed_slower() -> None:
+    # g holds a promise: 1500 steps due in 600 s. Its knee stays at 4 units while that size's
+    # measurement is thin, but 4 units are believed slower (2 steps/s) than 3 (3 steps/s). At 3
+    # it is done in 500 s: on track, not at risk, and it runs at 3, not at the slower 4.
+    humped = replace(oracle_belief(TableCurve({1: 1.0, 2: 2.0, 3: 3.0, 4: 2.0}), LEVELS), knee=4)
+    g = JobInput(spec("g", 1500, 600), 0.0, 4, humped, GUARANTEED)
+    out = allocate(cluster(g))
+    assert out.jobs["g"].units == 3 and out.jobs["g"].guaranteed
+    assert out.jobs["g"].klass != priority.LATE.name  # not judged hopeless
+
+
 def test_a_promise_must_fit_next_to_the_earlier_deadlines_it_would_yield_to() -> None:
     # b (told "not guaranteed" before, not asked again now): 1500 steps due in 600 s, 3 units.
     # c arrives: 2400 steps due in 900 s fits the empty cluster alone (3 units for 800 s), but

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -163,6 +164,35 @@ def test_at_risk_above_a_knee_that_would_make_it(job, t0) -> None:
     belief = oracle_belief(humped, LEVELS)
     d = decide(snap(job, t0, units=16, done=7_000, after=5000.0), belief, free_units=0)
     assert d.action is Action.AT_RISK and d.units == 8 and "above the knee" in d.reason
+
+
+def test_at_risk_runs_at_the_fastest_size_not_at_a_thin_knee_believed_slower(job, t0) -> None:
+    # The knee stays at 16 while 16's measurement is thin (qosflow.core.predict), though 16 is
+    # believed slower than 8: a job at risk runs, and is judged, at 8.
+    humped = TableCurve({1: 1.0, 2: 1.9, 4: 3.6, 8: 6.5, 16: 5.0})
+    belief = replace(oracle_belief(humped, LEVELS), knee=16)
+    assert (belief.best_plannable(2), belief.fastest_plannable(2)) == (16, 8)
+    d = decide(snap(job, t0, after=6000.0, done=600, queued=True), belief, free_units=0)
+    assert d.action is Action.AT_RISK and d.units == 8
+    assert d.reason.startswith("at risk: even at 8 units (knee 16")
+
+
+@given(
+    rates=st.lists(st.floats(0.1, 20.0), min_size=len(LEVELS), max_size=len(LEVELS)),
+    knee=st.sampled_from(LEVELS),
+    units=st.sampled_from(LEVELS),
+)
+def test_the_fastest_plannable_size_is_never_slower_nor_above_the_best_plannable(
+    rates: list[float], knee: int, units: int
+) -> None:
+    belief = replace(
+        oracle_belief(TableCurve(dict(zip(LEVELS, rates, strict=True))), LEVELS), knee=knee
+    )
+    cap, fastest = belief.best_plannable(units), belief.fastest_plannable(units)
+    step = belief.conservative.step_time
+    assert fastest <= cap and step(fastest) <= step(cap)
+    assert all(step(n) > step(fastest) for n in LEVELS if n < fastest)  # ties keep the fewer
+    assert all(step(n) >= step(fastest) for n in LEVELS if n <= cap)
 
 
 def test_done_and_best_effort(job, spec_of, t0) -> None:

@@ -239,7 +239,7 @@ def prepare(job: JobInput, cluster: ClusterInput, state: JobState) -> Prepared:
     remaining = max(spec.total_steps - job.done, 0.0)
     share = minimal_share(belief, snap) if not spec.best_effort else None
     need = share
-    cap = belief.best_plannable(snap.units)
+    cap = belief.fastest_plannable(snap.units)
     fastest = finish_on(  # predict's conservative finish at ``cap`` (no rescale charged)
         belief.conservative, snap.now, max(spec.total_steps - snap.steps_done, 0), cap
     )

@@ -15,9 +15,10 @@ Rules (DESIGN §3):
 * when no size is known to make it but levels up to the knee are still unexplored, probe upwards
   (``scale_up``/``bump`` one level beyond the largest observed size): beyond the observed sizes
   the belief is deliberately pessimistic, so "cannot make it" is not yet known;
-* at most one rescale per dwell period; ``at_risk`` when even the knee cannot make it (its
-  ``units`` is then the size to run at now: the knee, probe-limited, within the free units, or
-  the current size during the dwell);
+* at most one rescale per dwell period; ``at_risk`` when even the fastest plannable size
+  (:meth:`~qosflow.core.predict.Belief.fastest_plannable`: up to the knee, probe-limited, the
+  shortest conservative step time) cannot make it (its ``units`` is then the size to run at now:
+  that size within the free units, or the current size during the dwell);
 * ``done`` once every step is done; ``on_track`` otherwise (including "hold": a needed rescale
   waits for the dwell to pass).
 """
@@ -327,8 +328,8 @@ def _shrink(snap: JobSnapshot, belief: Belief, margin: float, explain: bool) -> 
 def _at_risk(
     snap: JobSnapshot, belief: Belief, margin: float, free_units: int, explain: bool
 ) -> Decision:
-    """Even the best plannable size (knee, probe-limited) misses: run as fast as reachable now."""
-    cap = belief.best_plannable(snap.units)
+    """Even the fastest plannable size misses: run as fast as reachable now."""
+    cap = belief.fastest_plannable(snap.units)
     reach = cap if snap.queued else min(cap, snap.units + max(free_units, 0))
     holding = _in_dwell(snap) and not snap.queued
     fits = [n for n in belief.levels if n <= reach]

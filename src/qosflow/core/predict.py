@@ -105,6 +105,24 @@ class Belief:
         """
         return min(self.knee, max(self.probe_limit, units))
 
+    def fastest_plannable(self, units: int) -> int:
+        """The size up to :meth:`best_plannable` with the shortest conservative step time.
+
+        The knee stays at a size whose measurement is still thin (a few windows cannot show that
+        more units are no faster), but a job that needs all the speed it may use runs, and is
+        judged, at the size believed fastest, not at a thin size believed slower.
+        """
+        cap = self.best_plannable(units)
+        step_time = self.conservative.step_time
+        best, best_s = cap, math.inf
+        for n in self.levels:  # ascending: a tie keeps the fewer units
+            if n >= cap:
+                break
+            step = step_time(n)
+            if step < best_s:
+                best, best_s = n, step
+        return cap if step_time(cap) < best_s else best
+
 
 def belief_from_fit(
     fit: FitResult,

@@ -6,8 +6,8 @@ slack once the conservative finish is taken into account::
     laxity = (deadline - conservative_finish) / (deadline - submitted_at)
 
 Guaranteed jobs are bucketed by laxity (``< 0.10`` urgent, ``< 0.25`` high, ``< 0.50`` normal,
-else low); jobs without a guarantee run as ``besteffort``; hopeless jobs (even the knee on the
-whole free cluster cannot make it) drop to ``late``. Only ``qosflow-urgent`` may preempt.
+else low); jobs without a guarantee run as ``besteffort``; hopeless jobs (even the fastest size
+they may plan cannot make it) drop to ``late``. Only ``qosflow-urgent`` may preempt.
 
 Pod priority is immutable, and a re-bucket of a running job costs a checkpoint-restart, so a job
 stays in its previous bucket until its laxity leaves that bucket by more than ``hysteresis``.
@@ -154,7 +154,7 @@ def classify(
     Args:
         lax: Normalised laxity (:func:`laxity`).
         guaranteed: Whether admission guaranteed the job's deadline.
-        hopeless: Whether even the knee on the whole free cluster cannot make the deadline.
+        hopeless: Whether even the fastest size the job may plan cannot make the deadline.
         previous: The class name the job has now; a guaranteed job keeps it while its laxity is
             within ``hysteresis`` of that bucket's edges. Names outside the ladder are ignored.
         hysteresis: Width of the dead band at each bucket edge, in laxity units.
