@@ -35,11 +35,16 @@ DRAIN_BYTES = 256 * 2**10
 _LENGTH = re.compile(r"^[0-9]{1,19}$")
 
 
+def too_deep(max_depth: int = MAX_DEPTH) -> str:
+    """The message for a document nested deeper than ``max_depth``, as the API server words it."""
+    return f"exceeded max depth: nested deeper than {max_depth}"
+
+
 class TooDeep(yaml.YAMLError):
     """A YAML document nests collections deeper than :data:`MAX_DEPTH`."""
 
     def __init__(self) -> None:
-        super().__init__(f"exceeded max depth: nested deeper than {MAX_DEPTH}")
+        super().__init__(too_deep())
 
 
 class SafeYamlLoader(yaml.SafeLoader):
@@ -221,7 +226,7 @@ def check_depth(doc: Any, max_depth: int, max_values: int) -> None:
         else:
             continue
         if depth > max_depth:
-            raise ApiError(400, f"exceeded max depth: nested deeper than {max_depth}")
+            raise ApiError(400, too_deep(max_depth))
         stack.extend((child, depth + 1) for child in children)
 
 
@@ -237,7 +242,7 @@ def parse_body(raw: bytes, content_type: str, limit: int = MAX_BODY_BYTES) -> An
             return json.loads(json.dumps(doc, allow_nan=False))
         doc = json.loads(text, parse_constant=_no_constant)
     except (RecursionError, TooDeep):
-        raise ApiError(400, f"exceeded max depth: nested deeper than {MAX_DEPTH}") from None
+        raise ApiError(400, too_deep()) from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise ApiError(400, _json_error(exc, text)) from exc
     except (TypeError, ValueError, OverflowError) as exc:
