@@ -128,6 +128,24 @@ def test_a_prior_that_predicts_no_time_at_one_unit_does_not_poison_the_fit(strea
     assert _rel(result.model.step_time(8), truth.step_time(8)) < 0.05
 
 
+def test_a_prior_with_no_time_at_a_measured_size_still_shapes_the_others(stream_of) -> None:
+    # the same kind of history, now with the job measured on one unit, where it predicts 0 s:
+    # the prior is rescaled on the sizes where it predicts a time, so its node-crossing cost
+    # still reaches the unmeasured multi-node sizes (dropping it predicted half the step time)
+    import warnings
+
+    multi_node_only = SpeedModel(0.0, 0.0, 0.5, 0.0, 0.3, node_size=8)
+    truth = SpeedModel(0.02, 0.8, 0.05, 0.0, 0.3, node_size=8)
+    data = stream_of(truth, [(1, 300), (4, 300)], np.random.default_rng(3), sigma=0.02)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result = fit(data, node_size=8, prior=multi_node_only)
+    assert result.success, result.message
+    for n in (1, 4):
+        assert _rel(result.model.step_time(n), truth.step_time(n)) < 0.05
+    assert _rel(result.model.step_time(9), truth.step_time(9)) < 0.15
+
+
 def test_prior_shapes_unobserved_sizes_and_fades_with_data(stream_of) -> None:
     scales_well = SpeedModel(0.01, 1.0, 0.0, 0.0, 0.0, node_size=8)
     little = stream_of(scales_well, [(1, 120)], np.random.default_rng(1), sigma=0.02)

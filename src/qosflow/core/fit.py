@@ -134,9 +134,16 @@ def _design(
     n, tau, sigma, count = table
     grid = _prior_grid(node_size, n)
     ptau = prior.step_times(grid)
-    if n.size:
-        scale = float(np.exp(np.average(np.log(tau / prior.step_times(n)), weights=count)))
-        ptau = ptau * scale
+    at_n = prior.step_times(n)
+    # the prior is rescaled on the observed sizes where it predicts a time: one that is 0 s at a
+    # measured size (a key's history fitted only on multi-node sizes has t0 = t1 = 0, so 0 s on
+    # one unit) still knows the shape elsewhere, such as the cost of crossing a node
+    known = np.isfinite(at_n) & (at_n > 0.0)
+    if known.any():
+        ratio = tau[known] / at_n[known]
+        ptau = ptau * float(np.exp(np.average(np.log(ratio), weights=count[known])))
+    elif n.size:
+        ptau = np.full_like(ptau, np.nan)  # no size to scale it on: the prior says nothing
     weight_prior = 1.0 / (PRIOR_SIGMA * math.sqrt(1.0 + float(count.sum()) / PRIOR_DECAY))
     # a prior that predicts no time (or none at all) at a size says nothing there: its row is
     # dropped (weight 0) instead of turning the whole system into NaN (a key's history fitted
