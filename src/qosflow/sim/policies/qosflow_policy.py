@@ -75,7 +75,7 @@ class QosflowPolicy:
     max_utilisation: float = 1.0
     recalibrate: bool = True
     _states: dict[str, JobState] = field(default_factory=dict)
-    _ran: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    _ran: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
     _pairs: FloatArray = field(default_factory=lambda: np.empty((CALIBRATION_WINDOW, 2)))
     _logged: int = 0
     _oracle_factor: Calibration | None = None
@@ -160,6 +160,7 @@ class QosflowPolicy:
                 float(snap.now),
                 views[name].done,
                 beliefs[name].conservative.step_time(a.units) / inflation,
+                self._charged(views[name].units, a.units),
             )
             for name, a in out.jobs.items()
             if a.units > 0
@@ -172,13 +173,36 @@ class QosflowPolicy:
             reasons={name: v.reason for name, v in out.verdicts.items()},
         )
 
+    @property
+    def pairs(self) -> FloatArray:
+        """The logged (predicted, realised) interval seconds the factor is learnt from.
+
+        The newest :data:`CALIBRATION_WINDOW` of them, in no particular order (a ring).
+        """
+        return self._pairs[: min(self._logged, CALIBRATION_WINDOW)].copy()
+
+    def _charged(self, held: int, units: int) -> float:
+        """Seconds of restart the plan charged a job for this decision's change of its size.
+
+        With learned speeds the factor learns how far the plan's own predictions were off, as
+        the Airflow finish step's pairs do (each decision's predicted finish, its rescale charge
+        included). The plan charges ``rescale_overhead_s`` when a running job changes size and
+        nothing when a queued job starts (:func:`qosflow.core.decide.minimal_share`), so only
+        the first is credited. With oracle speeds the factor is what covers every restart the
+        tables leave out, so nothing is credited there.
+        """
+        if self.calibration is None or held == 0 or units == held:
+            return 0.0
+        return self.rescale_overhead_s
+
     def _recalibrate(self, snap: SlotSnapshot) -> None:
         """Conformal factor from (predicted, realised) seconds of past intervals.
 
         Every job that ran a whole interval at one size gives one pair: the seconds the belief's
-        conservative step time *before* inflation predicted for the steps it did, and the seconds
-        it took (overheads and noise included). :func:`qosflow.core.predict.calibrate` turns the
-        recent pairs into the inflation factor, which then only grows
+        conservative step time *before* inflation predicted for the steps it did (plus the
+        restart the plan charged for the interval's change of size, :meth:`_charged`), and the
+        seconds it took (overheads and noise included).
+        :func:`qosflow.core.predict.calibrate` turns the recent pairs into the inflation factor, which then only grows
         (:func:`qosflow.core.allocation.ratchet`). With oracle speeds this learns only what the
         tables leave out; until enough pairs exist the oracle is trusted as it is.
         """
@@ -191,7 +215,7 @@ class QosflowPolicy:
                 continue
             # a ring of the most recent pairs (their order does not matter to a quantile)
             self._pairs[self._logged % CALIBRATION_WINDOW] = (
-                (view.done - last[1]) * last[2],
+                (view.done - last[1]) * last[2] + last[3],
                 float(snap.now) - last[0],
             )
             self._logged += 1
@@ -200,7 +224,7 @@ class QosflowPolicy:
         )
         if self._logged < needed or self._logged == logged:
             return  # too few pairs, or none new since the last factor (it would be the same)
-        learnt = calibrate(self._pairs[: min(self._logged, CALIBRATION_WINDOW)])
+        learnt = calibrate(self.pairs)
         if self.calibration is None:  # oracle speeds: inflate only what is promised
             self._oracle_factor = ratchet(self._oracle_factor, learnt)
         else:
