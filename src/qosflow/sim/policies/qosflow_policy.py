@@ -201,8 +201,8 @@ class QosflowPolicy:
         Every job that ran a whole interval at one size gives one pair: the seconds the belief's
         conservative step time *before* inflation predicted for the steps it did (plus the
         restart the plan charged for the interval's change of size, :meth:`_charged`), and the
-        seconds it took (overheads and noise included).
-        :func:`qosflow.core.predict.calibrate` turns the recent pairs into the inflation factor, which then only grows
+        seconds it took (overheads and noise included). :func:`qosflow.core.predict.calibrate`
+        turns the recent pairs into the inflation factor, which then only grows
         (:func:`qosflow.core.allocation.ratchet`). With oracle speeds this learns only what the
         tables leave out; until enough pairs exist the oracle is trusted as it is.
         """
