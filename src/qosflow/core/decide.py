@@ -32,7 +32,7 @@ from enum import StrEnum
 from typing import Any
 
 from qosflow.core.errors import SpecError
-from qosflow.core.predict import Belief, Prediction, finish_on, predict
+from qosflow.core.predict import Belief, Prediction, finish_on, predict, restart_charge
 from qosflow.core.spec import JobSpec
 from qosflow.core.speed import knee
 from qosflow.core.words import duration as _dur
@@ -76,6 +76,11 @@ class JobSnapshot:
     queued: bool
     last_rescale_at: float | None
     rescale_overhead_s: float = 30.0
+
+    @property
+    def held(self) -> int:
+        """Units it holds: ``units`` while running, 0 while queued."""
+        return 0 if self.queued else self.units
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,15 +168,15 @@ def margin_for(spec: JobSpec, now: float) -> float:
 
 
 def _at(belief: Belief, snap: JobSnapshot, n: int) -> Prediction:
-    """Prediction at ``n`` units; a queued job changes size for free."""
+    """Prediction at ``n`` units, with the restart the plan charges (a queued job starts free)."""
     return predict(
         belief,
         now=snap.now,
         steps_done=snap.steps_done,
         total_steps=snap.spec.total_steps,
         units=n,
-        current_units=snap.units,
-        overhead_s=0.0 if snap.queued else snap.rescale_overhead_s,
+        current_units=snap.held,
+        overhead_s=snap.rescale_overhead_s,
     )
 
 
@@ -185,11 +190,11 @@ def minimal_share(belief: Belief, snap: JobSnapshot) -> int | None:
     belief = _within_spec(belief, snap.spec)
     target = snap.spec.deadline - margin_for(snap.spec, snap.now)
     remaining = max(snap.spec.total_steps - snap.steps_done, 0)
-    overhead = 0.0 if snap.queued or not remaining else snap.rescale_overhead_s
+    held, overhead = snap.held, snap.rescale_overhead_s if remaining else 0.0
     for n in belief.levels:
         if n > belief.knee:
             break
-        start = snap.now + (overhead if n != snap.units else 0.0)
+        start = snap.now + restart_charge(overhead, held, n)
         if finish_on(belief.conservative, start, remaining, n) <= target:
             return n
     return None
@@ -303,10 +308,10 @@ def _shrink(snap: JobSnapshot, belief: Belief, margin: float, explain: bool) -> 
     top = max(belief.observed) if belief.observed else belief.levels[-1]
     goal = snap.spec.deadline - 2.0 * margin
     remaining = max(snap.spec.total_steps - snap.steps_done, 0)
-    start = snap.now + snap.rescale_overhead_s  # a smaller size: a rescale (not queued)
     for n in belief.levels:
         if n >= snap.units or n > top:
             return None
+        start = snap.now + restart_charge(snap.rescale_overhead_s, snap.held, n)
         if finish_on(belief.conservative, start, remaining, n) > goal:
             continue
         pred = _at(belief, snap, n)

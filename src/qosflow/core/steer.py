@@ -55,7 +55,7 @@ def steer(
         steps_done=snap.steps_done,
         total_steps=snap.spec.total_steps,
         units=max(target, 1),
-        current_units=max(holds, 1),
+        current_units=holds,
         overhead_s=snap.rescale_overhead_s,
     )
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from qosflow.core.allocation import ratchet
 from qosflow.core.allocator import ClusterInput, JobInput, JobState, allocate
-from qosflow.core.predict import Belief, Calibration, calibrate
+from qosflow.core.predict import Belief, Calibration, calibrate, restart_charge
 from qosflow.core.spec import JobSpec
 from qosflow.core.speed import FloatArray
 from qosflow.sim.adapter import belief_of, job_spec
@@ -186,14 +186,13 @@ class QosflowPolicy:
 
         With learned speeds the factor learns how far the plan's own predictions were off, as
         the Airflow finish step's pairs do (each decision's predicted finish, its rescale charge
-        included). The plan charges ``rescale_overhead_s`` when a running job changes size and
-        nothing when a queued job starts (:func:`qosflow.core.decide.minimal_share`), so only
-        the first is credited. With oracle speeds the factor is what covers every restart the
-        tables leave out, so nothing is credited there.
+        included): the core's :func:`~qosflow.core.predict.restart_charge`. With oracle speeds
+        the factor is what covers every restart the tables leave out, so nothing is credited
+        there.
         """
-        if self.calibration is None or held == 0 or units == held:
+        if self.calibration is None:
             return 0.0
-        return self.rescale_overhead_s
+        return restart_charge(self.rescale_overhead_s, held, units)
 
     def _recalibrate(self, snap: SlotSnapshot) -> None:
         """Conformal factor from (predicted, realised) seconds of past intervals.
