@@ -83,8 +83,8 @@ def test_minimal_share_is_the_first_level_whose_predicted_finish_is_in_time(
                 steps_done=done,
                 total_steps=job.total_steps,
                 units=n,
-                current_units=units,
-                overhead_s=0.0 if queued else 30.0,
+                current_units=0 if queued else units,  # a start pays the restart too
+                overhead_s=30.0,
             ).conservative_finish
             <= target
         ),
@@ -290,8 +290,8 @@ def test_decision_invariants(spec_of, t0, situation) -> None:
         steps_done=s["done"],
         total_steps=spec.total_steps,
         units=d.units,
-        current_units=s["units"],
-        overhead_s=0.0 if s["queued"] else s["overhead"],
+        current_units=0 if s["queued"] else s["units"],
+        overhead_s=s["overhead"],
     )
     assert math.isclose(d.conservative_finish, at.conservative_finish)
     if d.action is Action.SCALE_DOWN:

@@ -96,13 +96,13 @@ def test_predict_counts_overhead_only_when_the_size_changes() -> None:
     assert done.median_finish == done.conservative_finish == 5.0
 
 
-def test_a_job_that_holds_nothing_starts_without_a_restart_charge() -> None:
+def test_a_start_pays_the_restart_like_a_resize() -> None:
     belief = oracle_belief(TRUE, LEVELS)
     start = predict(
         belief, now=0.0, steps_done=100, total_steps=1100, units=8, current_units=0, overhead_s=60
     )
-    assert math.isclose(start.median_finish, 1000 * TRUE.step_time(8))
-    assert [restart_charge(60.0, held, 4) for held in (0, 4, 2, 8)] == [0.0, 0.0, 60.0, 60.0]
+    assert math.isclose(start.median_finish, 60 + 1000 * TRUE.step_time(8))
+    assert [restart_charge(60.0, held, 4) for held in (0, 4, 2, 8)] == [60.0, 0.0, 60.0, 60.0]
 
 
 monotone = st.builds(

@@ -94,13 +94,13 @@ def test_a_paused_job_resumes_at_its_target_once_the_units_are_free() -> None:
 
 
 def test_a_start_or_a_resume_is_predicted_as_the_plan_charges_it() -> None:
-    # the plan starts a job that holds nothing without a restart (restart_charge); the finish
-    # step learns the factor from these predictions, so they must charge what the plan did
-    remaining = SPEC.total_steps - 1000
+    # the plan charges a start, a resume and a resize one restart each (restart_charge); the
+    # finish step learns the factor from these predictions, so they must charge what it did
+    after = T0 + 600 + (SPEC.total_steps - 1000) * BELIEF.median.step_time(4)
     for d in (run(0, 4, free=4, queued=True, paused=True), run(0, 4, free=4, queued=True)):
-        assert d.median_finish == T0 + 600 + remaining * BELIEF.median.step_time(4)
-    grown = run(2, 4, free=4)
-    assert grown.median_finish == T0 + 600 + 30.0 + remaining * BELIEF.median.step_time(4)
+        assert d.median_finish == after + 30.0
+    assert run(2, 4, free=4).median_finish == after + 30.0
+    assert run(4, 4).median_finish == after
 
 
 def test_a_queued_job_is_bumped_only_when_its_class_rises() -> None:

@@ -168,7 +168,7 @@ def margin_for(spec: JobSpec, now: float) -> float:
 
 
 def _at(belief: Belief, snap: JobSnapshot, n: int) -> Prediction:
-    """Prediction at ``n`` units, with the restart the plan charges (a queued job starts free)."""
+    """Prediction at ``n`` units, with the restart the plan charges for a change of size."""
     return predict(
         belief,
         now=snap.now,

@@ -258,8 +258,8 @@ def predict(
         steps_done: Steps done so far.
         total_steps: Steps of the whole job.
         units: Candidate size.
-        current_units: Size it runs at now, 0 while it holds nothing (queued or paused); the
-            change to ``units`` pays :func:`restart_charge`.
+        current_units: Size it runs at now, 0 while it holds nothing (queued or paused); a
+            different ``units`` pays :func:`restart_charge`.
         overhead_s: Rescale cost (checkpoint, restart, warm-up) in seconds.
     """
     remaining = max(total_steps - steps_done, 0)
@@ -278,11 +278,12 @@ def restart_charge(overhead_s: float, held: int, units: int) -> float:
     """Seconds of restart a plan charges for running at ``units`` a job that holds ``held``.
 
     The one rule every prediction, the allocator's minimal shares and the simulator's learnt
-    factor share: a running job that changes size pays ``overhead_s`` (checkpoint, restart,
-    warm-up); a job that keeps its size pays nothing, and so does one that holds nothing
-    (``held`` 0: queued or paused), whose start the plan does not charge.
+    factor share: a job that keeps its size pays nothing, and every change pays ``overhead_s``,
+    a running job's resize (checkpoint, restart, warm-up) and the start or resume of one that
+    holds nothing (``held`` 0: queued or paused) alike, since a start waits for the same round,
+    pod start-up and checkpoint load.
     """
-    return overhead_s if held and units != held else 0.0
+    return overhead_s if units != held else 0.0
 
 
 def finish_on(curve: SpeedCurve, start: float, remaining: int, units: int) -> float:

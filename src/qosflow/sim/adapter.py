@@ -94,8 +94,8 @@ def job_snapshot(
 ) -> JobSnapshot:
     """The core's :class:`~qosflow.core.decide.JobSnapshot` of a simulated job at ``now``.
 
-    A job holding no units is queued and asks for the spec's smallest level (a queued job changes
-    size for free in the core's predictions).
+    A job holding no units is queued and asks for the spec's smallest level (its start pays the
+    restart the core's predictions charge, :func:`~qosflow.core.predict.restart_charge`).
     """
     queued = view.units == 0
     return JobSnapshot(

@@ -182,7 +182,7 @@ class QosflowPolicy:
         return self._pairs[: min(self._logged, CALIBRATION_WINDOW)].copy()
 
     def _charged(self, held: int, units: int) -> float:
-        """Seconds of restart the plan charged a job for this decision's change of its size.
+        """Seconds of restart the plan charged a job for this decision's start or change of size.
 
         With learned speeds the factor learns how far the plan's own predictions were off, as
         the Airflow finish step's pairs do (each decision's predicted finish, its rescale charge
@@ -199,8 +199,8 @@ class QosflowPolicy:
 
         Every job that ran a whole interval at one size gives one pair: the seconds the belief's
         conservative step time *before* inflation predicted for the steps it did (plus the
-        restart the plan charged for the interval's change of size, :meth:`_charged`), and the
-        seconds it took (overheads and noise included). :func:`qosflow.core.predict.calibrate`
+        restart the plan charged for the interval's start or change of size, :meth:`_charged`),
+        and the seconds it took (overheads and noise included). :func:`qosflow.core.predict.calibrate`
         turns the recent pairs into the inflation factor, which then only grows
         (:func:`qosflow.core.allocation.ratchet`). With oracle speeds this learns only what the
         tables leave out; until enough pairs exist the oracle is trusted as it is.
