@@ -20,7 +20,11 @@ are ``REFERENCE.md``'s (as ``bench/sim_fidelity.py`` carries them) and the fidel
    over noise seeds 1-10: ``<trace>.qosflow_learned_minus_oracle_worst_seed``, the mean, and
    the guarantee violations over all seeds.
 
-``--quick`` skips cluster01 (the largest reference setting) and runs seeds 1-3 only.
+``--quick`` skips cluster01 (the largest reference setting) and runs seeds 1-3 only;
+``--sections seed,everywhere`` runs those sections only (to refresh a baseline's keys in
+``bench/RESULTS.md`` without the learned section's 20 minutes:
+``python bench/baselines_bench.py --sections seed,everywhere > part.log`` then
+``python bench/results.py part.log --update bench/RESULTS.md``).
 """
 
 from __future__ import annotations
@@ -218,11 +222,23 @@ def learned(quick: bool) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="skip cluster01, seeds 1-3 only")
+    parser.add_argument(
+        "--sections",
+        default="seed,everywhere,learned",
+        help="comma-separated sections to run (default all): seed, everywhere, learned",
+    )
     args = parser.parse_args()
+    sections = set(args.sections.split(","))
+    unknown = sections - {"seed", "everywhere", "learned"}
+    if unknown:
+        parser.error(f"--sections: unknown section(s) {', '.join(sorted(unknown))}")
     start = time.perf_counter()
-    seed_paper()
-    everywhere(args.quick)
-    learned(args.quick)
+    if "seed" in sections:
+        seed_paper()
+    if "everywhere" in sections:
+        everywhere(args.quick)
+    if "learned" in sections:
+        learned(args.quick)
     say("baselines_bench_wall_s", f"{time.perf_counter() - start:.0f}")
     return 0
 

@@ -221,6 +221,14 @@ def test_xing19_skips_jobs_that_can_no_longer_make_it() -> None:
     assert d.allocation["doomed"] == 4  # only leftover: the largest level that still fits
 
 
+def test_xing19_plans_a_start_without_a_restart_as_it_was_measured() -> None:
+    # 3000 steps at 2 units take 1579 s: by 1680 s less its 5 % margin (1596 s) only if the
+    # start is not charged 30 s (the core's plan charges it; this baseline's minimal share not)
+    job = _view("j", 1680.0, 3000, SPEEDS)
+    d = Xing19Policy().decide(SlotSnapshot(0, 60, 8, 8, 0, ("j",), (), (job,)))
+    assert d.allocation["j"] == 2
+
+
 def test_learned_mode_plans_on_conservative_speeds() -> None:
     from qosflow.core.predict import Calibration
 
