@@ -48,7 +48,7 @@ def steer(
         paused: It was paused (target 0) and holds nothing.
     """
     target, margin = allocation.units, margin_for(snap.spec, snap.now)
-    holds = 0 if paused or snap.queued else snap.units
+    holds = 0 if paused else snap.held
     pred = predict(
         belief,
         now=snap.now,

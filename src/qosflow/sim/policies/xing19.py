@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from qosflow.core.decide import JobSnapshot, minimal_share
+from qosflow.core.decide import minimal_share
 from qosflow.core.predict import Calibration
+from qosflow.sim.adapter import job_snapshot
 from qosflow.sim.policies.qosflow_policy import belief_of, job_spec
 from qosflow.sim.policy import NoOverhead, OverheadModel, SlotDecision, SlotSnapshot
 
@@ -57,15 +58,12 @@ class Xing19Policy:
         for view in snap.jobs:
             spec = job_spec(view, node_size=snap.node_size, margin_s=self.margin_s, dwell_s=0.0)
             belief = belief_of(view, spec.resources.levels, self.calibration)
-            queued = view.units == 0
-            js = JobSnapshot(
-                spec=spec,
-                now=float(snap.now),
-                steps_done=int(view.done),
-                units=view.units or spec.resources.levels[0],
-                queued=queued,
+            js = job_snapshot(
+                view,
+                spec,
+                now=snap.now,
                 last_rescale_at=None,
-                rescale_overhead_s=0.0 if queued else self.rescale_overhead_s,
+                rescale_overhead_s=0.0 if view.units == 0 else self.rescale_overhead_s,
             )
             need = None if view.best_effort else minimal_share(belief, js)
             plans.append((view, belief, need))
