@@ -228,6 +228,8 @@ class Units:
     def raise_to(self, job: Prepared, target: int) -> None:
         """Grow the job to the largest level <= ``target`` that fits (never shrinks)."""
         have = self.units[job.name]
+        if target <= have:  # most calls: nothing to grow
+            return
         level = fit_level(job.belief.levels, min(target, have + self.free))
         if level > have:
             self.free -= level - have

@@ -339,9 +339,10 @@ def _at_risk(
     holding = _in_dwell(snap) and not snap.queued
     fits = [n for n in belief.levels if n <= reach]
     target = snap.units if holding else (fits[-1] if fits else belief.levels[0])
-    best, pred = _at(belief, snap, cap), _at(belief, snap, target)
+    pred = _at(belief, snap, target)
     if not explain:
         return _decision(Action.AT_RISK, pred, "", snap, margin)
+    best = _at(belief, snap, cap)
     reason = (
         f"at risk: even at {cap} units (knee {belief.knee}, probe limit {belief.probe_limit}) the "
         f"{_versus(best, snap, margin, 'misses')}"
@@ -416,7 +417,7 @@ def decide(
             f"best-effort job without a deadline; {_finish_words(here, snap)}" if explain else ""
         )
         return _decision(Action.ON_TRACK, here, reason, snap, margin)
-    if not any(math.isfinite(belief.median.step_time(n)) for n in belief.levels):
+    if not belief.any_speed:
         reason = (
             f"measuring: no steady progress window yet at {snap.units} units, so no size can be "
             "promised; no rescale on a blind guess"

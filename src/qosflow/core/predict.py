@@ -10,10 +10,11 @@ size larger than every measured one.
 
 from __future__ import annotations
 
+import bisect
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 
 import numpy as np
@@ -88,14 +89,38 @@ class Belief:
     levels: tuple[int, ...]
     knee: int
     observed: tuple[int, ...] = ()
+    _probe: int = field(init=False, repr=False, compare=False)
+    _fastest_below: tuple[tuple[int, float], ...] = field(init=False, repr=False, compare=False)
+    _any_speed: bool = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Work out once what the planners ask of every job at every decision."""
+        probe = self.levels[-1] if self.levels else 0
+        if self.observed and self.levels:
+            top = max(self.observed)
+            probe = next((n for n in self.levels if n > top), probe)
+        object.__setattr__(self, "_probe", probe)
+        # entry i: the level with the shortest conservative step time among the i smallest
+        # (a tie keeps the fewer units), and that step time; entry 0 is "none"
+        below, best, best_s = [(0, math.inf)], 0, math.inf
+        for n in self.levels:
+            step = self.conservative.step_time(n)
+            if step < best_s:
+                best, best_s = n, step
+            below.append((best, best_s))
+        object.__setattr__(self, "_fastest_below", tuple(below))
+        median = self.median.step_time
+        object.__setattr__(self, "_any_speed", any(math.isfinite(median(n)) for n in self.levels))
+
+    @property
+    def any_speed(self) -> bool:
+        """Whether the median knows a finite step time at some level (else: still measuring)."""
+        return self._any_speed
 
     @property
     def probe_limit(self) -> int:
         """Largest level the probe rule allows now."""
-        if not self.observed:
-            return self.levels[-1]
-        top = max(self.observed)
-        return next((n for n in self.levels if n > top), self.levels[-1])
+        return self._probe
 
     def best_plannable(self, units: int) -> int:
         """The fastest size a job now at ``units`` may be planned at.
@@ -112,16 +137,9 @@ class Belief:
         more units are no faster), but a job that needs all the speed it may use runs, and is
         judged, at the size believed fastest, not at a thin size believed slower.
         """
-        cap = self.best_plannable(units)
-        step_time = self.conservative.step_time
-        best, best_s = cap, math.inf
-        for n in self.levels:  # ascending: a tie keeps the fewer units
-            if n >= cap:
-                break
-            step = step_time(n)
-            if step < best_s:
-                best, best_s = n, step
-        return cap if step_time(cap) < best_s else best
+        cap = min(self.knee, max(self._probe, units))
+        best, best_s = self._fastest_below[bisect.bisect_left(self.levels, cap)]
+        return cap if best_s == math.inf or self.conservative.step_time(cap) < best_s else best
 
 
 def belief_from_fit(
