@@ -82,6 +82,9 @@ class Belief:
         knee: The level with the highest median throughput; never plan above it.
         observed: Sizes with measured step times; the probe rule plans at most one level beyond
             the largest (empty: nothing measured, every level plannable).
+        probe_limit: Largest level the probe rule allows now (worked out from the above).
+        any_speed: Whether the median knows a finite step time at some level (else: still
+            measuring; worked out from the above).
     """
 
     median: SpeedCurve
@@ -89,9 +92,9 @@ class Belief:
     levels: tuple[int, ...]
     knee: int
     observed: tuple[int, ...] = ()
-    _probe: int = field(init=False, repr=False, compare=False)
+    probe_limit: int = field(init=False, repr=False, compare=False)
+    any_speed: bool = field(init=False, repr=False, compare=False)
     _fastest_below: tuple[tuple[int, float], ...] = field(init=False, repr=False, compare=False)
-    _any_speed: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         """Work out once what the planners ask of every job at every decision."""
@@ -99,7 +102,7 @@ class Belief:
         if self.observed and self.levels:
             top = max(self.observed)
             probe = next((n for n in self.levels if n > top), probe)
-        object.__setattr__(self, "_probe", probe)
+        object.__setattr__(self, "probe_limit", probe)
         # entry i: the level with the shortest conservative step time among the i smallest
         # (a tie keeps the fewer units), and that step time; entry 0 is "none"
         below, best, best_s = [(0, math.inf)], 0, math.inf
@@ -110,17 +113,7 @@ class Belief:
             below.append((best, best_s))
         object.__setattr__(self, "_fastest_below", tuple(below))
         median = self.median.step_time
-        object.__setattr__(self, "_any_speed", any(math.isfinite(median(n)) for n in self.levels))
-
-    @property
-    def any_speed(self) -> bool:
-        """Whether the median knows a finite step time at some level (else: still measuring)."""
-        return self._any_speed
-
-    @property
-    def probe_limit(self) -> int:
-        """Largest level the probe rule allows now."""
-        return self._probe
+        object.__setattr__(self, "any_speed", any(math.isfinite(median(n)) for n in self.levels))
 
     def best_plannable(self, units: int) -> int:
         """The fastest size a job now at ``units`` may be planned at.
@@ -137,7 +130,7 @@ class Belief:
         more units are no faster), but a job that needs all the speed it may use runs, and is
         judged, at the size believed fastest, not at a thin size believed slower.
         """
-        cap = min(self.knee, max(self._probe, units))
+        cap = self.best_plannable(units)
         best, best_s = self._fastest_below[bisect.bisect_left(self.levels, cap)]
         return cap if best_s == math.inf or self.conservative.step_time(cap) < best_s else best
 
