@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from qosflow.core.errors import ClusterError, SpecError, TraceError
+from qosflow.sim import engine
 from qosflow.sim.engine import SimConfig, SimResult, simulate
 from qosflow.sim.placement import buddy_place
 from qosflow.sim.policies.edf_elastic import EdfElastic
@@ -110,6 +111,33 @@ def test_same_seed_gives_identical_results_and_noise_changes_them(tmp_path: Path
     other = _run(path, EdfElastic(), seed=8, **noisy)
     assert one == two
     assert [o.finish for o in one.outcomes] != [o.finish for o in other.outcomes]
+
+
+def test_dropping_stale_events_never_changes_a_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every decision re-announces each running job's end; the stale ones are dropped in bulk."""
+    rows = [
+        f"j{i},{i * 50},{int((300 + 40 * i) * T8)},resnet50,{900 + 90 * i},256,8,1"
+        for i in range(12)
+    ]
+    path = _trace(tmp_path, rows)
+    noisy = {"noise": Noise(sigma=0.2, slow_prob=0.1, slow_factor=2.0)}
+    monkeypatch.setattr(engine, "COMPACT_AT", 10**9)
+    kept = [
+        _run(path, p, capacity=16, seed=3, **noisy)
+        for p in (EdfElastic(), ElasticFlow(A100, slot=60))
+    ]
+    compactions: list[int] = []
+    real = engine._Run.compact
+    monkeypatch.setattr(engine, "COMPACT_AT", 0)
+    monkeypatch.setattr(engine._Run, "compact", lambda run: (compactions.append(1), real(run)))
+    dropped = [
+        _run(path, p, capacity=16, seed=3, **noisy)
+        for p in (EdfElastic(), ElasticFlow(A100, slot=60))
+    ]
+    assert compactions  # the bulk drop ran
+    assert dropped == kept
 
 
 def test_an_over_allocating_policy_is_refused(tmp_path: Path) -> None:

@@ -29,6 +29,8 @@ from qosflow.sim.trace import ThroughputTable, TraceJob
 from qosflow.sim.truth import Belief, LearnedBelief, Noise, OracleBelief, Truth
 
 ARRIVAL, COMPLETION, WAKE = 0, 1, 2
+COMPACT_AT = 4096
+"""Stale heap entries tolerated beyond four per live one before the heap is rebuilt."""
 SpeedsMode = Literal["oracle", "learned"]
 
 
@@ -171,6 +173,7 @@ class _Live:
     notice: int = 0
     samples: list[tuple[float, float, int]] = field(default_factory=list)
     max_units: int = -1  # the job's generic cap, looked up on its first view
+    shown: JobView | None = None  # its last view, shown again while nothing in it changed
 
 
 class _Run:
@@ -205,6 +208,16 @@ class _Run:
         heapq.heappush(self.heap, (time, priority, self.seq, job_id, version))
         self.seq += 1
         self.valid_count += 1
+        if len(self.heap) > 4 * self.valid_count + COMPACT_AT:
+            self.compact()
+
+    def compact(self) -> None:
+        """Drop the stale completions (every decision re-pushes each running job's end).
+
+        Every entry is unique (its sequence number), so the valid ones pop in the same order.
+        """
+        self.heap = [item for item in self.heap if self.valid(item)]
+        heapq.heapify(self.heap)
 
     def invalidate(self, lv: _Live) -> None:
         """Forget a job's pending completion event (lazy deletion from the heap)."""
@@ -293,7 +306,18 @@ class _Run:
         j = lv.job
         if lv.max_units < 0:
             lv.max_units = self.truth.max_units(j)
-        return JobView(
+        speeds = self.belief.speeds(j, lv.samples)  # always asked: a learned belief keeps time
+        v = lv.shown
+        if (  # a waiting job's view is the same decision after decision: no new object
+            v is not None
+            and v.speeds is speeds
+            and v.done == lv.done
+            and v.units == lv.units
+            and v.admitted == lv.admitted
+            and v.started == (lv.started is not None)
+        ):
+            return v
+        lv.shown = JobView(
             job_id=j.job_id,
             submit=j.submit,
             deadline=j.deadline,
@@ -301,7 +325,7 @@ class _Run:
             done=lv.done,
             units=lv.units,
             requested=j.num_gpu,
-            speeds=self.belief.speeds(j, lv.samples),
+            speeds=speeds,
             max_units=lv.max_units,
             model=j.model,
             batch_size=j.batch_size,
@@ -309,6 +333,7 @@ class _Run:
             admitted=lv.admitted,
             started=lv.started is not None,
         )
+        return lv.shown
 
     def decide(self, now: int) -> None:
         snap = SlotSnapshot(
