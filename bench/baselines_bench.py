@@ -23,8 +23,9 @@ are ``REFERENCE.md``'s (as ``bench/sim_fidelity.py`` carries them) and the fidel
 ``--quick`` skips cluster01 (the largest reference setting) and runs seeds 1-3 only;
 ``--sections seed,everywhere`` runs those sections only (to refresh a baseline's keys in
 ``bench/RESULTS.md`` without the learned section's 20 minutes:
-``python bench/baselines_bench.py --sections seed,everywhere > part.log`` then
-``python bench/results.py part.log --update bench/RESULTS.md``).
+``(echo "== bench/baselines_bench.py"; python bench/baselines_bench.py --sections
+seed,everywhere) > part.log`` then ``python bench/results.py part.log --merge
+bench/RESULTS.md``, which replaces those keys and keeps the learned section's).
 """
 
 from __future__ import annotations

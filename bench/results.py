@@ -6,6 +6,13 @@ README and docs link to the file instead of copying numbers, so a figure has one
 ``python bench/results.py LOG --update bench/RESULTS.md`` replaces only the sections ``LOG``
 holds (``make bench BENCHES=bench/baselines_bench.py`` does it) and keeps the others; each section
 re-run this way says when and on which machine, since it no longer shares the header's run.
+
+``python bench/results.py LOG --merge bench/RESULTS.md`` goes one step further for a bench run
+in part (``bench/baselines_bench.py --sections ...``): in each section ``LOG`` holds, only the
+keys it prints are replaced (in place; new keys go at the section's end) and the others keep
+their values; the section's note says which keys were re-run, when and where, above the note
+the rest still carry. A log of a bench run by hand starts with its ``== bench/<name>.py`` line,
+as ``make bench`` writes it.
 """
 
 from __future__ import annotations
@@ -70,13 +77,40 @@ def parse(results: str) -> tuple[list[str], dict[str, list[str]]]:
     return header, sections
 
 
-USAGE = "usage: python bench/results.py LOG [--update RESULTS.md]"
+ROW = re.compile(r"^\| `(?P<key>[^`]+)` \| (?P<value>.*) \|$")
+TABLE = ["| key | value |", "| --- | --- |"]
+
+
+def merge(old: list[str], new: list[str], note: str) -> list[str]:
+    """A section's lines with ``new``'s rows put over ``old``'s, key by key.
+
+    ``old``'s rows keep their order (a re-run key takes its new value where it stood), keys new
+    to the section go at its end, and ``note`` (which keys were re-run, when and where) goes
+    above whatever notes the section had (they still describe the other keys).
+    """
+    fresh: dict[str, str] = {}
+    for line in new:
+        if m := ROW.match(line):
+            fresh[m["key"]] = line
+    rows, notes = [], []
+    for line in old[3:]:
+        if m := ROW.match(line):
+            rows.append(fresh.pop(m["key"], line))
+        elif line and line not in TABLE:
+            notes.append(line)
+    kept = [x for n in notes for x in (n, "")]
+    return [*old[:3], note, "", *kept, *TABLE, *rows, *fresh.values()]
+
+
+USAGE = "usage: python bench/results.py LOG [--update RESULTS.md | --merge RESULTS.md]"
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] != "--update"):
+    if len(argv) not in (2, 4) or (len(argv) == 4 and argv[2] not in ("--update", "--merge")):
         print(
-            f"{USAGE}\n(--update names the RESULTS.md whose sections LOG replaces)", file=sys.stderr
+            f"{USAGE}\n(--update names the RESULTS.md whose sections LOG replaces; --merge the "
+            "one whose keys it replaces)",
+            file=sys.stderr,
         )
         return 2
     log = Path(argv[1]).read_text(encoding="utf-8").splitlines()
@@ -85,6 +119,14 @@ def main(argv: list[str]) -> int:
         header, sections = parse(Path(argv[3]).read_text(encoding="utf-8"))
         note = f"Re-run alone on {now}. Machine: {machine()}."
         for name, lines in tables(log, note).items():
+            if argv[2] == "--merge" and name in sections:
+                keys = [m["key"] for line in lines if (m := ROW.match(line))]
+                said = ", ".join(f"`{k}`" for k in keys)
+                lines = merge(
+                    sections[name],
+                    lines,
+                    f"Keys re-run alone on {now} ({said}). Machine: {machine()}.",
+                )
             sections[name] = lines
         print("\n".join(header))
         for lines in sections.values():

@@ -47,3 +47,25 @@ def test_an_update_that_names_no_file_is_refused_and_writes_nothing(tmp_path: Pa
         )
         assert out.returncode == 2 and not out.stdout
         assert "--update RESULTS.md" in out.stderr
+
+
+def test_a_merge_replaces_only_the_keys_re_run_and_keeps_the_rest(tmp_path: Path) -> None:
+    """A bench run in part (``--sections``) refreshes its keys and loses none of the others."""
+    whole = results(tmp_path, "== bench/a_bench.py\nx: 1\n== bench/b_bench.py\ny: 2\nz: 5\n")
+    file = tmp_path / "RESULTS.md"
+    file.write_text(whole, encoding="utf-8")
+    once = results(tmp_path, "== bench/b_bench.py\nz: 6\nw: 7\n", "--merge", str(file))
+    assert once.split("## `bench/b_bench.py`")[0] == whole.split("## `bench/b_bench.py`")[0]
+    b = once.split("## `bench/b_bench.py`")[1]
+    rows = [line for line in b.splitlines() if line.startswith("| `")]
+    assert rows == ["| `y` | 2 |", "| `z` | 6 |", "| `w` | 7 |"]  # in place, new at the end
+    assert "Keys re-run alone on " in b and "(`z`, `w`)" in b
+    file.write_text(once, encoding="utf-8")
+    twice = results(tmp_path, "== bench/b_bench.py\ny: 3\n", "--merge", str(file))
+    b = twice.split("## `bench/b_bench.py`")[1]
+    assert [line for line in b.splitlines() if line.startswith("| `")] == [
+        "| `y` | 3 |",
+        "| `z` | 6 |",
+        "| `w` | 7 |",
+    ]
+    assert b.index("(`y`)") < b.index("(`z`, `w`)")  # the newest note first; the older stays
