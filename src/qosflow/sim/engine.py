@@ -173,7 +173,6 @@ class _Live:
     notice: int = 0
     samples: list[tuple[float, float, int]] = field(default_factory=list)
     max_units: int = -1  # the job's generic cap, looked up on its first view
-    shown: JobView | None = None  # its last view, shown again while nothing in it changed
 
 
 class _Run:
@@ -306,18 +305,7 @@ class _Run:
         j = lv.job
         if lv.max_units < 0:
             lv.max_units = self.truth.max_units(j)
-        speeds = self.belief.speeds(j, lv.samples)  # always asked: a learned belief keeps time
-        v = lv.shown
-        if (  # a waiting job's view is the same decision after decision: no new object
-            v is not None
-            and v.speeds is speeds
-            and v.done == lv.done
-            and v.units == lv.units
-            and v.admitted == lv.admitted
-            and v.started == (lv.started is not None)
-        ):
-            return v
-        lv.shown = JobView(
+        return JobView(
             job_id=j.job_id,
             submit=j.submit,
             deadline=j.deadline,
@@ -325,7 +313,7 @@ class _Run:
             done=lv.done,
             units=lv.units,
             requested=j.num_gpu,
-            speeds=speeds,
+            speeds=self.belief.speeds(j, lv.samples),
             max_units=lv.max_units,
             model=j.model,
             batch_size=j.batch_size,
@@ -333,7 +321,6 @@ class _Run:
             admitted=lv.admitted,
             started=lv.started is not None,
         )
-        return lv.shown
 
     def decide(self, now: int) -> None:
         snap = SlotSnapshot(

@@ -83,9 +83,6 @@ class QosflowPolicy:
         default_factory=dict
     )
     _specs: dict[str, tuple[object, tuple[float, ...], JobSpec]] = field(default_factory=dict)
-    _inputs: dict[str, tuple[JobView, JobState, float | None, JobInput]] = field(
-        default_factory=dict
-    )
 
     def _belief(self, view: JobView, levels: tuple[int, ...], factor: float | None) -> Belief:
         """:func:`belief_of` at ``factor`` (``None``: as the speeds are), built once per table.
@@ -122,36 +119,19 @@ class QosflowPolicy:
         return spec
 
     def _input(self, view: JobView, snap: SlotSnapshot) -> JobInput:
-        """The allocator's view of a job; the last one again while view, state and factor are.
-
-        A waiting job's view and state stay the same objects from decision to decision (the
-        engine and the allocator make new ones only on a change).
-        """
         spec = self._spec(view, snap)
-        state = self._states.get(view.job_id, _NEW)
-        factor = None if self.calibration is None else self.calibration.factor
-        hit = self._inputs.get(view.job_id)
-        if (
-            hit is not None
-            and hit[0] is view
-            and hit[1] is state
-            and hit[2] == factor
-            and hit[3].spec is spec
-        ):
-            return hit[3]
         levels = spec.resources.levels
-        made = JobInput(
+        factor = None if self.calibration is None else self.calibration.factor
+        return JobInput(
             spec=spec,
             done=view.done,
             units=view.units,
             belief=self._belief(view, levels, factor),
-            state=state,
+            state=self._states.get(view.job_id, _NEW),
             rescale_overhead_s=self.rescale_overhead_s,
             belief_factor=factor,
             belief_at=lambda f: self._belief(view, levels, f),
         )
-        self._inputs[view.job_id] = (view, state, factor, made)
-        return made
 
     def decide(self, snap: SlotSnapshot) -> SlotDecision:
         """Learn the factor, build the snapshot, allocate, remember the allocator's state."""
@@ -172,7 +152,6 @@ class QosflowPolicy:
         )
         self._states = {name: a.state for name, a in out.jobs.items()}
         self._specs = {k: v for k, v in self._specs.items() if k in self._states}
-        self._inputs = {k: v for k, v in self._inputs.items() if k in self._states}
         inflation = max(self.calibration.factor, 1.0) if self.calibration is not None else 1.0
         views = {v.job_id: v for v in snap.jobs}
         beliefs = {j.spec.name: j.belief for j in inputs}
