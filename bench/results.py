@@ -114,19 +114,25 @@ def main(argv: list[str]) -> int:
         )
         return 2
     log = Path(argv[1]).read_text(encoding="utf-8").splitlines()
+    first = next((i for i, line in enumerate(log) if line.startswith("== ")), len(log))
+    stray = next((line.strip() for line in log[:first] if LINE.match(line.strip())), None)
+    if stray is not None:  # a bench run by hand: its keys would silently go nowhere
+        print(
+            f"error: {argv[1]}: `{stray}` comes before any `== bench/<name>.py` line; each "
+            "bench's keys follow its own line, as `make bench` writes them",
+            file=sys.stderr,
+        )
+        return 2
     now = f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
     if len(argv) == 4:
         header, sections = parse(Path(argv[3]).read_text(encoding="utf-8"))
-        note = f"Re-run alone on {now}. Machine: {machine()}."
-        for name, lines in tables(log, note).items():
+        where = machine()
+        for name, lines in tables(log, f"Re-run alone on {now}. Machine: {where}.").items():
             if argv[2] == "--merge" and name in sections:
                 keys = [m["key"] for line in lines if (m := ROW.match(line))]
                 said = ", ".join(f"`{k}`" for k in keys)
-                lines = merge(
-                    sections[name],
-                    lines,
-                    f"Keys re-run alone on {now} ({said}). Machine: {machine()}.",
-                )
+                note = f"Keys re-run alone on {now} ({said}). Machine: {where}."
+                lines = merge(sections[name], lines, note)
             sections[name] = lines
         print("\n".join(header))
         for lines in sections.values():

@@ -69,3 +69,17 @@ def test_a_merge_replaces_only_the_keys_re_run_and_keeps_the_rest(tmp_path: Path
         "| `w` | 7 |",
     ]
     assert b.index("(`y`)") < b.index("(`z`, `w`)")  # the newest note first; the older stays
+
+
+def test_keys_before_any_bench_line_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    """A bench run by hand without its ``== bench/<name>.py`` line would update nothing."""
+    path = tmp_path / "bench.log"
+    path.write_text("seed.sufficient.qosflow_vs_best_baseline: 1.000\n", encoding="utf-8")
+    file = tmp_path / "RESULTS.md"
+    file.write_text("# Benchmark results\n", encoding="utf-8")
+    for extra in ([], ["--update", str(file)], ["--merge", str(file)]):
+        out = subprocess.run(
+            [sys.executable, str(SCRIPT), str(path), *extra], capture_output=True, text=True
+        )
+        assert out.returncode == 2 and not out.stdout
+        assert "`seed.sufficient.qosflow_vs_best_baseline: 1.000` comes before" in out.stderr
