@@ -57,7 +57,12 @@ def test_watch_sends_added_modified_deleted(
     events: list[dict[str, Any]] = []
     reader = threading.Thread(target=_collect, args=(response, sse, 3, events))
     reader.start()
+    # the stream compares states, as a real watch does: a change made before its first look is
+    # part of its ADDED, and one undone before its next look is never seen, so each step waits
+    # for the event before it (on a loaded machine the stream's thread may lag the requests)
+    cluster.wait_until(lambda: len(events) >= 1, timeout_s=30)
     clock.advance(1)
+    cluster.wait_until(lambda: len(events) >= 2, timeout_s=30)
     argo("DELETE", f"/api/v1/workflows/{NS}/w-1")
     reader.join(timeout=10)
     response.close()
