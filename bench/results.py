@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 LINE = re.compile(r"^(?P<key>[A-Za-z0-9_.\-<>/]+): (?P<value>.+)$")
+TABLE = ["| key | value |", "| --- | --- |"]
 
 
 def machine() -> str:
@@ -54,7 +55,7 @@ def tables(log: list[str], note: str = "") -> dict[str, list[str]]:
         if line.startswith("== "):
             section = line[3:].strip()
             out[section] = ["", f"## `{section}`", "", *([note, ""] if note else [])]
-            out[section] += ["| key | value |", "| --- | --- |"]
+            out[section] += TABLE
             continue
         match = LINE.match(line.strip())
         if match and section is not None:
@@ -78,7 +79,6 @@ def parse(results: str) -> tuple[list[str], dict[str, list[str]]]:
 
 
 ROW = re.compile(r"^\| `(?P<key>[^`]+)` \| (?P<value>.*) \|$")
-TABLE = ["| key | value |", "| --- | --- |"]
 
 
 def merge(old: list[str], new: list[str], note: str) -> list[str]:

@@ -55,7 +55,6 @@ EPS = 1e-9
 """Relative tolerance of every capacity and work comparison of the fill."""
 SNAPSHOT_EVERY = 64
 """:func:`place_in_order` keeps the free units before every this many placed jobs."""
-_MIN = np.minimum.reduce  # ``ndarray.min`` without its Python wrapper (millions of calls)
 
 
 def check_inputs(capacity: int, now: float, slot_s: float) -> None:
@@ -307,7 +306,7 @@ class Timeline:
             return None
         start = max(self.index(self.edge_list[end] - target / float(rates[lo])), first)
         cap = int(job.sp.units[lo])
-        if int(_MIN(self.free[start:end])) >= cap:  # the whole block at one level fits
+        if int(self.free[start:end].min()) >= cap:  # the whole block at one level fits
             return Placement(start, end, cap, cap)
         hint, hi = 4 * (end - start) + 16, rates.size - 1
         best = self._fill(job, lo, first, end, target, hint)

@@ -246,11 +246,9 @@ class _Run:
         return self.heap[0][0] if self.heap else None
 
     def next_time(self, now: int) -> int | None:
-        while self.heap and not self.valid(self.heap[0]):
-            heapq.heappop(self.heap)
-        if not self.heap:
+        first = self.next_event()
+        if first is None:
             return None
-        first = self.heap[0][0]
         if first - now <= self.cfg.slot and self.valid_count > 1:
             return now + self.cfg.slot
         return max(first, now)
