@@ -49,15 +49,12 @@ class BoardAnswer:
         allocation: The whole allocation (every job's answer, the verdicts).
         capacity: Units the allocation shared out.
         held_below: Units held now by jobs of a lower class than this job's allocation.
-        profiled: This job's profile ladder ended now (:mod:`qosflow.core.profile`): its
-            samples so far belong in its key's history at once.
     """
 
     mine: JobAllocation | None
     allocation: Allocation
     capacity: int
     held_below: int
-    profiled: bool = False
 
 
 def job_input(entry: BoardEntry, now: float | None = None) -> JobInput:
@@ -219,9 +216,7 @@ def allocate_on_board(
                 session.decide(_answered(e, other))
         rank = RANK.get(answer.klass, 99) if answer is not None else -1
         below = sum(e.units for e in entries if RANK.get(e.klass, 99) > rank)
-        climbed = previous is not None and bool(previous.state.get("profiling"))
-        profiled = climbed and (answer is None or not answer.state.profiling)
-        return BoardAnswer(answer, out, cluster.capacity, below, profiled)
+        return BoardAnswer(answer, out, cluster.capacity, below)
 
 
 def _answered(entry: BoardEntry, answer: JobAllocation) -> BoardEntry:

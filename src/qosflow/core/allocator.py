@@ -24,21 +24,25 @@ The rules, in order:
    still fits (:mod:`qosflow.core.allocation`).
 3. **Minimal shares** (:func:`qosflow.core.decide.minimal_share`): pressed guarantees and
    promises at risk first, then every other deadline job that can still make it, guaranteed or
-   not, earliest deadline first. A guarantee is *pressed* (:func:`pressed`) once even its
-   fastest plannable size needs half of its time left, and stays pressed; until then rule 2's
-   plan protects it. A promise at risk (even its fastest plannable size no longer saves it by
-   the conservative bound) is never starved (with learned speeds it can fall at risk early). A
-   pressed guarantee that only its fastest size can save takes the largest size left when its
-   whole share does not fit, and so does a promise at risk, unless even its median speed no
-   longer saves it: that one takes only what the other guarantees' minimal shares leave.
+   not, earliest deadline first. A guarantee is *pressed* once even its fastest plannable size
+   needs half of the time left before its deadline minus margin (:func:`pressed`), and stays
+   pressed; until then the backward-fill plan of rule 2 is what protects it, and it does not
+   crowd out earlier deadlines. A promise at risk (even its fastest plannable size no longer
+   saves it by the conservative bound) is never starved: with learned speeds a promise can fall
+   at risk early, and served in deadline order among the others it ended hours late. A pressed
+   guarantee that only its fastest size can save takes the largest size left when its whole
+   share does not fit, and so does a promise at risk, except one that even its expected (median)
+   speed no longer saves: that one takes only what the other guarantees' minimal shares leave
+   (a promise already lost must not break one on track).
 4. **Rescale rules** (:func:`qosflow.core.decide.decide`): a running job keeps the size its own
    decision keeps (scale down only with hysteresis, dwell and a real benefit).
 5. **Leftover**: waiting jobs start, then spare units go one level at a time to the job saving
-   the most seconds per unit, beyond the rescale cost, unless it is inside its dwell time.
-6. **Profile ladder** (:mod:`qosflow.core.profile`): a job climbs past one node for its key.
+   the most seconds per unit, if that beats the benefit factor times the rescale cost and the
+   job is not inside its dwell time.
 
-A guarantee is planned with at least the conformal factor it was admitted under
-(``JobState.floor``). Priority classes (:func:`~qosflow.core.priority.classify`) break ties.
+Keeping promises: a guarantee is planned with at least the conformal factor it was admitted
+under (``JobState.floor``). Priority classes (:func:`qosflow.core.priority.classify`, with the
+ladder's hysteresis) order jobs of equal deadline.
 """
 
 from __future__ import annotations
@@ -52,7 +56,6 @@ from qosflow.core import admission, priority
 from qosflow.core.allocation import Prepared, Units, reason, reserve, spread
 from qosflow.core.decide import JobSnapshot, decide, margin_for, minimal_share
 from qosflow.core.predict import Belief, finish_on
-from qosflow.core.profile import profile
 from qosflow.core.spec import JobSpec
 
 RANK = {klass.name: i for i, klass in enumerate(priority.LADDER)}
@@ -75,7 +78,6 @@ class JobState:
             keeps the target then instead of deciding again from the old size.
         pressed: Its guarantee has been pressed (:func:`pressed`): it takes its minimal share
             ahead of the jobs that are not, from then on.
-        profiling: It is its key's profiler (:mod:`qosflow.core.profile`).
     """
 
     seen: bool = False
@@ -86,7 +88,6 @@ class JobState:
     rescaled_at: float | None = None
     target: int | None = None
     pressed: bool = False
-    profiling: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +182,9 @@ class Allocation:
 def promise_of(job: JobInput, plan_factor: float | None, floor: float) -> Belief:
     """The belief a guarantee is planned on: never less conservative than at its admission.
 
-    A guarantee was proved under the factor of its admission; under a smaller one (the first
-    learnt factor may be below the default 1.15) its slack would go to newcomers.
+    A guarantee was proved under the factor of its admission; re-planning it under a smaller
+    one (the first learnt factor may be below the core's default 1.15) would hand its slack to
+    newcomers, and the plan would no longer fit when the factor rises again.
     """
     if (plan_factor is None and floor <= 0.0) or job.belief_at is None:
         return job.belief
@@ -200,10 +202,13 @@ PRESSED_SHARE = 0.5
 def pressed(promise: Belief, remaining: float, cap: int, due_in: float) -> bool:
     """Whether a guarantee must now take its share ahead of the jobs without one.
 
-    Until then a guarantee is one deadline job among the others (earliest deadline first) and its
-    backward-fill plan claims the units it cannot do without. Once its promise needs its fastest
-    plannable size ``cap`` for :data:`PRESSED_SHARE` of the ``due_in`` seconds left before its
-    deadline minus margin, it goes first (why not sooner or later: docs/experiments.md).
+    Until its deadline is near, a guaranteed job is one deadline job among the others (earliest
+    deadline first) and its backward-fill plan claims the units it cannot do without. Once its
+    promise needs its fastest plannable size ``cap`` for at least :data:`PRESSED_SHARE` of the
+    ``due_in`` seconds left before its deadline minus margin, there is no room left to yield:
+    from then on it goes first. Serving every guarantee first from the start (as before) kept
+    promises by starving earlier deadlines that held none; waiting until only the fastest size
+    saves it came too late where a restart costs half a minute (docs/experiments.md).
 
     Args:
         promise: The belief the guarantee is planned on.
@@ -478,10 +483,6 @@ def allocate(cluster: ClusterInput) -> Allocation:
         jobs.pop(name)
     ordered = sorted(jobs.values(), key=_order)
     units, wake = _share(ordered, cluster)
-    units, profilers, measuring = profile(ordered, units, cluster.capacity, d.states)  # rule 6
-    if measuring:  # a rung is measured interval by interval: decide again after the next one
-        nxt = math.ceil(cluster.now + cluster.slot_s)
-        wake = nxt if wake is None else min(wake, nxt)
     out: dict[str, JobAllocation] = {}
     for job in ordered:
         st = d.states[job.name]
@@ -490,9 +491,8 @@ def allocate(cluster: ClusterInput) -> Allocation:
         held = inputs[job.name].units
         if held not in (0, n) and n != st.target:  # a new rescale of a running job
             st = replace(st, rescaled_at=float(cluster.now))
-        climbs = job.name in profilers
-        if st.klass != klass or st.target != n or st.profiling != climbs:
-            st = replace(st, klass=klass, target=n, profiling=climbs)
+        if st.klass != klass or st.target != n:
+            st = replace(st, klass=klass, target=n)
         if job.pressed and not st.pressed:  # pressed once, pressed for good
             st = replace(st, pressed=True)
         out[job.name] = JobAllocation(n, klass, st.guaranteed, reason(job, n), st)

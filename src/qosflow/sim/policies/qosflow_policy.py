@@ -150,11 +150,6 @@ class QosflowPolicy:
                 max_utilisation=self.max_utilisation,
             )
         )
-        profiled = tuple(  # its ladder ended now: its key's history gets its samples so far
-            name
-            for name, a in out.jobs.items()
-            if not a.state.profiling and self._states.get(name, _NEW).profiling
-        )
         self._states = {name: a.state for name, a in out.jobs.items()}
         self._specs = {k: v for k, v in self._specs.items() if k in self._states}
         inflation = max(self.calibration.factor, 1.0) if self.calibration is not None else 1.0
@@ -176,7 +171,6 @@ class QosflowPolicy:
             wake_at=out.wake_at,
             admitted=out.admitted,
             reasons={name: v.reason for name, v in out.verdicts.items()},
-            profiled=profiled,
         )
 
     @property
