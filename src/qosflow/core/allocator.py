@@ -27,8 +27,9 @@ The rules, in order:
    not, earliest deadline first. A guarantee is *pressed* once even its fastest plannable size
    needs half of the time left before its deadline minus margin
    (:func:`~qosflow.core.allocation.pressed`), and stays pressed; until then the backward-fill
-   plan of rule 2 is what protects it, and it does not crowd out earlier deadlines. A promise at risk (even its fastest plannable size no longer
-   saves it by the conservative bound) is never starved: with learned speeds a promise can fall
+   plan of rule 2 is what protects it, and it does not crowd out earlier deadlines. A promise at
+   risk (even its fastest plannable size no longer saves it by the conservative bound) is never
+   starved: with learned speeds a promise can fall
    at risk early, and served in deadline order among the others it ended hours late. A pressed
    guarantee that only its fastest size can save takes the largest size left when its whole
    share does not fit, and so does a promise at risk, except one that even its expected (median)
