@@ -319,23 +319,6 @@ def test_a_promise_is_judged_at_its_fastest_size_not_at_a_thin_knee_believed_slo
     assert out.jobs["g"].klass != priority.LATE.name  # not judged hopeless
 
 
-def test_a_job_without_a_promise_stays_at_a_thin_size_it_measured_faster() -> None:
-    # u was told "not guaranteed" and cannot make it (200 steps due in 80 s). It measured
-    # 2 units at 1.3 steps/s in a couple of windows and 1 unit at 1.0 for long: the bound of
-    # the thin measurement (0.9 steps/s) is below 1 unit's (0.95). Past its dwell it stays at
-    # the size believed fastest; a promise at risk runs at the size the bound says is surest.
-    median = TableCurve({1: 1.0, 2: 1.3})
-    bound = TableCurve({1: 0.95, 2: 0.9})
-    thin = Belief(median, bound, (1, 2), 2, observed=(1, 2))
-    now = T0 + 20
-    told = JobState(seen=True, asked_at=now, rescaled_at=T0, target=2)
-    u = JobInput(spec("u", 200, 100, levels=(1, 2), dwell=10), 0.0, 2, thin, told, 30.0)
-    out = allocate(cluster(u, now=now))
-    assert not out.jobs["u"].guaranteed and out.jobs["u"].units == 2
-    promised = replace(u, state=replace(GUARANTEED, rescaled_at=T0, target=2))
-    assert allocate(cluster(promised, now=now)).jobs["u"].units == 1
-
-
 def test_a_promise_must_fit_next_to_the_earlier_deadlines_it_would_yield_to() -> None:
     # b (told "not guaranteed" before, not asked again now): 1500 steps due in 600 s, 3 units.
     # c arrives: 2400 steps due in 900 s fits the empty cluster alone (3 units for 800 s), but

@@ -177,43 +177,6 @@ def test_at_risk_runs_at_the_fastest_size_not_at_a_thin_knee_believed_slower(job
     assert d.reason.startswith("at risk: even at 8 units (knee 16")
 
 
-def test_at_risk_without_a_promise_runs_at_the_size_believed_fastest(job, t0) -> None:
-    # 2 units were measured in two noisy windows: believed 1.3x as fast as 1 (the median), but
-    # the upper bound of so thin a measurement is below 1's, measured for long. A job that
-    # misses either way and holds no promise stays at the size believed fastest (not sent back
-    # to 1 on the thin size's uncertainty); a promise at risk runs where the bound is surest.
-    median = TableCurve({1: 1.0, 2: 1.3, 4: 1.3, 8: 1.3, 16: 1.3})
-    conservative = TableCurve({1: 0.95, 2: 0.9, 4: 0.5, 8: 0.5, 16: 0.5})
-    belief = Belief(median, conservative, LEVELS, knee=2, observed=(1, 2))
-    assert (belief.best_plannable(2), belief.believed_fastest(2)) == (2, 2)
-    free = decide(snap(job, t0, units=2), belief, free_units=0, promised=False)
-    assert free.action is Action.AT_RISK and free.units == 2
-    assert free.reason.startswith("at risk: even at 2 units")
-    promised = decide(snap(job, t0, units=2), belief, free_units=0)
-    assert promised.action is Action.AT_RISK and promised.units == 1
-
-
-@given(
-    rates=st.lists(st.floats(0.1, 20.0), min_size=len(LEVELS), max_size=len(LEVELS)),
-    bounds=st.lists(st.floats(0.5, 1.0), min_size=len(LEVELS), max_size=len(LEVELS)),
-    knee=st.sampled_from(LEVELS),
-    units=st.sampled_from(LEVELS),
-)
-def test_the_size_believed_fastest_is_the_medians_and_never_above_the_best_plannable(
-    rates: list[float], bounds: list[float], knee: int, units: int
-) -> None:
-    # the bound's rate is the median's times a factor of its own per size (a thin size's is
-    # wider): "believed" is the median's
-    median = TableCurve(dict(zip(LEVELS, rates, strict=True)))
-    cons = TableCurve({n: r * b for n, r, b in zip(LEVELS, rates, bounds, strict=True)})
-    belief = Belief(median, cons, LEVELS, knee=knee)
-    cap, fastest = belief.best_plannable(units), belief.believed_fastest(units)
-    step = belief.median.step_time
-    assert fastest <= cap
-    assert all(step(n) > step(fastest) for n in LEVELS if n < fastest)  # ties keep the fewer
-    assert all(step(n) >= step(fastest) for n in LEVELS if n <= cap)
-
-
 @given(
     rates=st.lists(st.floats(0.1, 20.0), min_size=len(LEVELS), max_size=len(LEVELS)),
     knee=st.sampled_from(LEVELS),

@@ -45,7 +45,7 @@ class Prepared:
         tight: Inside its margin, not hopeless, and only its fastest size may make it.
         at_risk: A guarantee that even its fastest plannable size no longer saves.
         pressed: A guarantee that takes its minimal share ahead of the jobs that are not
-            (:func:`pressed`).
+            (:func:`qosflow.core.allocator.pressed`).
     """
 
     spec: JobSpec
@@ -91,34 +91,6 @@ class Prepared:
                 running_units=0,
             )
         return self._candidate
-
-
-PRESSED_SHARE = 0.5
-"""A guarantee is pressed once its fastest plannable size needs this share of its time left."""
-
-
-def pressed(promise: Belief, remaining: float, cap: int, due_in: float) -> bool:
-    """Whether a guarantee must now take its share ahead of the jobs without one.
-
-    Until its deadline is near, a guaranteed job is one deadline job among the others (earliest
-    deadline first) and its backward-fill plan claims the units it cannot do without. Once its
-    promise needs its fastest plannable size ``cap`` for at least :data:`PRESSED_SHARE` of the
-    ``due_in`` seconds left before its deadline minus margin, there is no room left to yield:
-    from then on it goes first. Serving every guarantee first from the start (as before) kept
-    promises by starving earlier deadlines that held none; waiting until only the fastest size
-    saves it came too late where a restart costs half a minute (docs/experiments.md).
-
-    Args:
-        promise: The belief the guarantee is planned on.
-        remaining: Steps still to run.
-        cap: Its fastest plannable size.
-        due_in: Seconds from now to its deadline minus margin.
-    """
-    if remaining <= 0:
-        return False
-    if due_in <= 0:
-        return True
-    return remaining * promise.conservative.step_time(cap) >= PRESSED_SHARE * due_in
 
 
 def reason(job: Prepared, units: int) -> str:

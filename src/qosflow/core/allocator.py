@@ -25,22 +25,17 @@ The rules, in order:
 3. **Minimal shares** (:func:`qosflow.core.decide.minimal_share`): pressed guarantees and
    promises at risk first, then every other deadline job that can still make it, guaranteed or
    not, earliest deadline first. A guarantee is *pressed* once even its fastest plannable size
-   needs half of the time left before its deadline minus margin
-   (:func:`~qosflow.core.allocation.pressed`), and stays pressed; until then the backward-fill
-   plan of rule 2 is what protects it, and it does not crowd out earlier deadlines. A promise at
-   risk (even its fastest plannable size no longer saves it by the conservative bound) is never
-   starved: with learned speeds a promise can fall
+   needs half of the time left before its deadline minus margin (:func:`pressed`), and stays
+   pressed; until then the backward-fill plan of rule 2 is what protects it, and it does not
+   crowd out earlier deadlines. A promise at risk (even its fastest plannable size no longer
+   saves it by the conservative bound) is never starved: with learned speeds a promise can fall
    at risk early, and served in deadline order among the others it ended hours late. A pressed
    guarantee that only its fastest size can save takes the largest size left when its whole
    share does not fit, and so does a promise at risk, except one that even its expected (median)
    speed no longer saves: that one takes only what the other guarantees' minimal shares leave
    (a promise already lost must not break one on track).
 4. **Rescale rules** (:func:`qosflow.core.decide.decide`): a running job keeps the size its own
-   decision keeps (scale down only with hysteresis, dwell and a real benefit). One that no size
-   saves keeps the fastest size it may use: a promise the size with the shortest conservative
-   step time, a job without one the size believed fastest (shortest median): it has nothing a
-   bound protects, and the wide bound of a size measured in a few windows sent such a job back
-   to a slower size measured for longer.
+   decision keeps (scale down only with hysteresis, dwell and a real benefit).
 5. **Leftover**: waiting jobs start, then spare units go one level at a time to the job saving
    the most seconds per unit, if that beats the benefit factor times the rescale cost and the
    job is not inside its dwell time.
@@ -58,7 +53,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from qosflow.core import admission, priority
-from qosflow.core.allocation import Prepared, Units, pressed, reason, reserve, spread
+from qosflow.core.allocation import Prepared, Units, reason, reserve, spread
 from qosflow.core.decide import JobSnapshot, decide, margin_for, minimal_share
 from qosflow.core.predict import Belief, finish_on
 from qosflow.core.spec import JobSpec
@@ -81,8 +76,8 @@ class JobState:
         target: The size the allocator last gave it (``None``: none yet). Between a target and
             the job's own step acting on it, the job still holds its old size: the allocator
             keeps the target then instead of deciding again from the old size.
-        pressed: Its guarantee has been pressed (:func:`~qosflow.core.allocation.pressed`): it
-            takes its minimal share ahead of the jobs that are not, from then on.
+        pressed: Its guarantee has been pressed (:func:`pressed`): it takes its minimal share
+            ahead of the jobs that are not, from then on.
     """
 
     seen: bool = False
@@ -200,6 +195,34 @@ def promise_of(job: JobInput, plan_factor: float | None, floor: float) -> Belief
     return job.belief_at(factor)
 
 
+PRESSED_SHARE = 0.5
+"""A guarantee is pressed once its fastest plannable size needs this share of its time left."""
+
+
+def pressed(promise: Belief, remaining: float, cap: int, due_in: float) -> bool:
+    """Whether a guarantee must now take its share ahead of the jobs without one.
+
+    Until its deadline is near, a guaranteed job is one deadline job among the others (earliest
+    deadline first) and its backward-fill plan claims the units it cannot do without. Once its
+    promise needs its fastest plannable size ``cap`` for at least :data:`PRESSED_SHARE` of the
+    ``due_in`` seconds left before its deadline minus margin, there is no room left to yield:
+    from then on it goes first. Serving every guarantee first from the start (as before) kept
+    promises by starving earlier deadlines that held none; waiting until only the fastest size
+    saves it came too late where a restart costs half a minute (docs/experiments.md).
+
+    Args:
+        promise: The belief the guarantee is planned on.
+        remaining: Steps still to run.
+        cap: Its fastest plannable size.
+        due_in: Seconds from now to its deadline minus margin.
+    """
+    if remaining <= 0:
+        return False
+    if due_in <= 0:
+        return True
+    return remaining * promise.conservative.step_time(cap) >= PRESSED_SHARE * due_in
+
+
 def prepare(job: JobInput, cluster: ClusterInput, state: JobState) -> Prepared:
     """The job readied for this decision (minimal share, class, the size it keeps)."""
     spec, belief = job.spec, job.belief
@@ -246,12 +269,7 @@ def prepare(job: JobInput, cluster: ClusterInput, state: JobState) -> Prepared:
         keep = state.target or 0
     else:
         keep = decide(  # only the size is read: no words
-            snap,
-            belief,
-            free_units=0,
-            share=False if spec.best_effort else share,
-            explain=False,
-            promised=state.guaranteed,
+            snap, belief, free_units=0, share=False if spec.best_effort else share, explain=False
         ).units
     promise = promise_of(job, cluster.plan_factor, state.floor)
     due_in = spec.deadline - margin_for(spec, snap.now) - snap.now

@@ -332,15 +332,10 @@ def _shrink(snap: JobSnapshot, belief: Belief, margin: float, explain: bool) -> 
 
 
 def _at_risk(
-    snap: JobSnapshot,
-    belief: Belief,
-    margin: float,
-    free_units: int,
-    explain: bool,
-    promised: bool = True,
+    snap: JobSnapshot, belief: Belief, margin: float, free_units: int, explain: bool
 ) -> Decision:
     """Even the fastest plannable size misses: run as fast as reachable now."""
-    cap = belief.fastest_plannable(snap.units) if promised else belief.believed_fastest(snap.units)
+    cap = belief.fastest_plannable(snap.units)
     reach = cap if snap.queued else min(cap, snap.units + max(free_units, 0))
     holding = _in_dwell(snap) and not snap.queued
     fits = [n for n in belief.levels if n <= reach]
@@ -395,7 +390,6 @@ def decide(
     free_units: int,
     share: int | bool | None = False,
     explain: bool = True,
-    promised: bool = True,
 ) -> Decision:
     """Decide this round's action for one job.
 
@@ -407,10 +401,6 @@ def decide(
             computed; the cluster allocator passes the one it has).
         explain: Put the reason into words. The cluster allocator, which only reads the size,
             passes ``False`` (the reason is then empty; the words are most of the cost).
-        promised: The job holds a guarantee (the cluster allocator says; alone, a job is
-            judged as if it did). At risk, a promised job runs at the size with the shortest
-            conservative step time, one without a promise at the size believed fastest
-            (:meth:`~qosflow.core.predict.Belief.believed_fastest`).
 
     Returns:
         The :class:`Decision`; its ``units`` is always one of ``belief.levels`` unless the job keeps
@@ -438,7 +428,7 @@ def decide(
     if need is None and snap.units < belief.probe_limit < belief.knee:
         return _grow(snap, belief, margin, None, free_units, explain)  # unexplored: may make it
     if need is None:
-        return _at_risk(snap, belief, margin, free_units, explain, promised)
+        return _at_risk(snap, belief, margin, free_units, explain)
     if need > snap.units:
         return _grow(snap, belief, margin, need, free_units, explain)
     if need < snap.units:

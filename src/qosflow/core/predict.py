@@ -134,19 +134,6 @@ class Belief:
         best, best_s = self._fastest_below[bisect.bisect_left(self.levels, cap)]
         return cap if best_s == math.inf or self.conservative.step_time(cap) < best_s else best
 
-    def believed_fastest(self, units: int) -> int:
-        """The size up to :meth:`best_plannable` with the shortest *median* step time.
-
-        What a job without a promise that no size saves by the conservative bound runs at: it
-        has nothing a bound protects, and the bound of a size measured in a few windows is
-        wide, so judged on the bound such a job is sent back from a size it measured faster
-        to a slower one measured for longer, on uncertainty rather than evidence (a tie keeps
-        the fewer units).
-        """
-        cap = self.best_plannable(units)
-        step = self.median.step_time
-        return min((n for n in self.levels if n <= cap), key=lambda n: (step(n), n), default=cap)
-
 
 def belief_from_fit(
     fit: FitResult,
