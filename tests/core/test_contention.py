@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from qosflow.core.decide import Action, JobSnapshot, decide
 from qosflow.core.fit import fit, measured
 from qosflow.core.planning import belief_for, plan_job
 from qosflow.core.predict import Calibration, belief_from_fit
@@ -176,3 +177,30 @@ def test_clean_or_unreported_windows_count_as_before(share: float | None) -> Non
     belief = belief_from_fit(result, (1, 2), Calibration())
     assert belief.knee == 2
     assert belief.median.step_time(2) == pytest.approx(STEP_1CPU / 1.67, rel=0.05)
+
+
+def test_a_stale_progress_read_just_after_a_rescale_never_sends_the_job_back() -> None:
+    # the trainer rewrites its progress file once a second and the watch reads it every 1.1 s, so
+    # now and then a read finds no new line and the next one a single new line: the two intervals
+    # fold into one that reads half the true speed. Grown to 2 CPUs (really 1.67x faster) and out
+    # of its dwell, the job must not go back to 1 CPU on that one interval.
+    spec = job(1500 * STEP_1CPU * 0.6)  # not even 2 CPUs make it: it runs as fast as it can
+    first = run_at(1, 15, STEP_1CPU, start=T0, every=1.1)
+    t, k = first[-1].time + 3.0, first[-1].steps_done
+    per_write = round(1.0 / (STEP_1CPU / 1.67))  # steps at 2 CPUs between two progress writes
+    reads = [(0.0, 0), (1.1, per_write), (2.2, 2 * per_write), (3.3, 2 * per_write)]
+    reads.append((4.4, 3 * per_write))  # stale at 3.3 s, one new line at 4.4 s
+    at2 = [ProgressSample(t + dt, k + dk, 2, 0.99) for dt, dk in reads]
+    samples = first + at2
+    assert max(w.step_time for w in windows(samples, warmup_steps=0, per_window=1)) > STEP_1CPU
+    now = at2[-1].time
+    snap = JobSnapshot(spec, now, at2[-1].steps_done, 2, False, now - 30.0, 2.0)
+    belief = belief_for(spec, samples)
+    assert 2 not in fit(samples, node_size=2).observed_units  # 2.2 s measure the reporting
+    decision = decide(snap, belief, free_units=0)
+    assert decision.action is Action.AT_RISK and decision.units == 2, decision.reason
+    # five more reads, one of them stale: a full window, whose median is the true speed
+    more = [(5.5, 4), (6.6, 5), (7.7, 5), (8.8, 7), (9.9, 8)]
+    samples += [ProgressSample(t + dt, k + n * per_write, 2, 0.99) for dt, n in more]
+    measured_at2 = next(m for m in fit(samples, node_size=2).measured if m.units == 2)
+    assert measured_at2.step_time < STEP_1CPU / 1.4

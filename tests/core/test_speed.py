@@ -84,6 +84,16 @@ def test_stalls_fold_into_the_next_interval(t0) -> None:
     assert ws and all(math.isclose(w.step_time, 0.2) for w in ws)
 
 
+def test_a_run_shorter_than_a_window_measures_once_it_spans_five_seconds(t0) -> None:
+    second_long = [ProgressSample(t0 + i, 10 * i, 2) for i in range(6)]
+    assert windows(second_long[:5], warmup_steps=0, warmup_s=0) == []  # 4 intervals, 4 s
+    assert len(windows(second_long, warmup_steps=0, warmup_s=0)) == 1  # a full window
+    # a slow reporting cadence (the simulator's one sample a slot, Argo's progress patches): one
+    # long interval is a window at once
+    one_slot = [ProgressSample(t0, 0, 2), ProgressSample(t0 + 60.0, 600, 2)]
+    assert [w.step_time for w in windows(one_slot, warmup_steps=0, warmup_s=0)] == [0.1]
+
+
 @pytest.mark.parametrize(
     "samples",
     [

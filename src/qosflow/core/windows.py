@@ -25,6 +25,17 @@ WINDOW_INTERVALS = 5
 """Consecutive sample intervals per window; each window yields one median step time."""
 CLEAN_SHARE = 0.8
 """A window in which the job got less than this share of the CPU time it asked for is contended."""
+MIN_SHORT_WINDOW_S = 5.0
+"""Seconds a run too short for one full window must span before its intervals make one.
+
+A sample's time is when the watch read the progress, not when the steps were done: the trainer
+rewrites its progress file about once a second (Argo patches it into the workflow every few
+seconds to a minute), so a read can find no new line and the next one a single new line, and
+the two intervals fold into one that reads half the true speed. Over a full window the median
+of :data:`WINDOW_INTERVALS` intervals absorbs that; a run's first two or three second-long
+intervals after a rescale do not, and a size must not be judged on them. Five seconds are five
+of the trainer's progress writes.
+"""
 SETTLED_WINDOWS = 3
 """Clean windows a size needs before its measurement may rule out scaling (see :func:`usable`)."""
 STALE_S = 30 * 86400.0
@@ -101,7 +112,7 @@ def _segment_windows(
     weighted = cum_got[ends] - cum_got[starts]
     ok = dt > 0
     taus, steps, dt, weighted, last = dt[ok] / dk[ok], dk[ok], dt[ok], weighted[ok], t[ends][ok]
-    if taus.size == 0:
+    if taus.size == 0 or (taus.size < per_window and float(dt.sum()) < MIN_SHORT_WINDOW_S):
         return empty, empty, empty, empty
     # chunks of per_window intervals; a short tail (at most half a window) joins the chunk before
     chunks = max(1, 1 + len(range(per_window, taus.size - per_window // 2, per_window)))
@@ -142,7 +153,8 @@ def windows(
     restart from a checkpoint) starts a new run, whose first ``warmup_steps`` steps or
     ``warmup_s`` seconds (whichever ends first) are dropped. Each window is the median of the
     step times ``dt / dsteps`` of ``per_window`` consecutive intervals, with the time-weighted CPU
-    share the job got over them (:attr:`ProgressSample.share`).
+    share the job got over them (:attr:`ProgressSample.share`). A run with fewer steady intervals
+    than that makes one window only once they span :data:`MIN_SHORT_WINDOW_S`.
     """
     units, taus, steps, share, end = window_arrays(samples, warmup_steps, warmup_s, per_window)
     return [
