@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from pathlib import Path
@@ -388,6 +389,48 @@ def test_a_paused_job_is_not_recorded_as_a_slow_one(
     ]
     assert len(rates) >= 10 and any(u == 0 for _, _, u in seen)
     assert all(r == pytest.approx(T8, rel=1e-6) for r in rates)
+
+
+def test_an_overhead_stall_is_not_recorded_as_a_slower_speed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Charged 20 s of every 60 s slot at an unchanged size (ElasticFlow's model stalls every
+    running job at every decision): the samples the learned belief fits show the speed at 8 GPUs,
+    not two thirds of it, and the stalls still cost their time."""
+    from qosflow.sim.policy import Placed, SlotDecision, SlotSnapshot
+    from qosflow.sim.truth import LearnedBelief
+
+    class EverySlot(EdfElastic):
+        def decide(self, snap: SlotSnapshot) -> SlotDecision:
+            units = {j.job_id: 8 for j in snap.jobs}
+            return SlotDecision(allocation=units, wake_at=snap.now + snap.slot)
+
+    class Stall:
+        def charge(
+            self, placed: tuple[Placed, ...], *, decision: int, capacity: int
+        ) -> dict[str, int]:
+            return {p.job_id: 20 for p in placed}
+
+    seen: list[tuple[float, float, int]] = []
+    fitted = LearnedBelief.speeds
+
+    def spy(self: LearnedBelief, job: object, samples: list[tuple[float, float, int]]) -> object:
+        seen[:] = samples
+        return fitted(self, job, samples)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LearnedBelief, "speeds", spy)
+    size = int(1800 * T8)
+    result = _run(
+        _trace(tmp_path, [f"a,0,{size},resnet50,99999,256,8,1800"]),
+        EverySlot(),
+        speeds="learned",
+        overhead=Stall(),
+    )
+    rates = [(d1 - d0) / (t1 - t0) for (t0, d0, _), (t1, d1, _) in itertools.pairwise(seen)]
+    assert len(rates) >= 20
+    assert all(r == pytest.approx(T8, rel=1e-6) for r in rates)
+    finish = result.outcomes[0].finish
+    assert finish is not None and finish >= 1800 * 1.5  # 20 s of every 60 s lost
 
 
 def test_a_completed_job_leaves_its_progress_to_the_next_job_of_its_key(tmp_path: Path) -> None:

@@ -7,7 +7,11 @@ when the next event is within one slot of the last decision and more events are 
 deferred to ``last decision + slot`` and merged with everything due by then, so decisions happen
 at most once per slot and arrivals are handled at the slot boundary. Between decisions a job
 advances ``speed(units) * noise * (elapsed - overhead)`` iterations; its completion time is exact
-(ceil to the second) and its units are released at the next decision.
+(ceil to the second) and its units are released at the next decision. The progress samples a
+learned belief fits are dated on the job's own clock, the virtual time less the overhead it has
+lost so far: the stall is not read as a slower speed at the job's size (as a watch drops a
+restart's stall with the restart), and what it costs shows in the realised finish times the
+policy's calibration learns from instead.
 
 See :mod:`qosflow.sim.policy` for how a policy plugs in.
 """
@@ -162,6 +166,7 @@ class _Live:
     units: int = 0
     rate: float = 0.0
     overhead: int = 0
+    lost: float = 0.0  # overhead seconds lost so far: samples are dated ``now - lost``
     since: int = 0
     version: int = 0
     admitted: bool = False
@@ -262,6 +267,7 @@ class _Run:
             run = to - now
             if artifact and lv.planned is not None and to > lv.planned:
                 run -= to - math.ceil(lv.planned)
+            lv.lost += min(lv.overhead, max(run, 0))
             run = max(0, run - lv.overhead)
             lv.unit_seconds += lv.units * (to - now)
             remaining = lv.job.iterations - lv.done
@@ -296,7 +302,7 @@ class _Run:
         del self.live[job_id]
         if at is not None:
             self.completed.append(job_id)
-            final = (float(at), float(lv.job.iterations), lv.units)  # the watch's last poll
+            final = (at - lv.lost, float(lv.job.iterations), lv.units)  # the watch's last poll
             self.belief.finished(lv.job, [*lv.samples, final])  # the finish step records them
 
     def view(self, lv: _Live) -> JobView:
@@ -388,11 +394,11 @@ class _Run:
             used += units
             if units == 0:
                 if lv.rate > 0.0:  # stopped: close its last interval (a pause is not slow progress)
-                    lv.samples.append((float(now), lv.done, 0))
+                    lv.samples.append((now - lv.lost, lv.done, 0))
                 lv.rate = 0.0
                 continue
             lv.rate = self.truth.speed(lv.job, units) * self.cfg.noise.factor(self.rng)
-            lv.samples.append((float(now), lv.done, units))
+            lv.samples.append((now - lv.lost, lv.done, units))
             left = lv.job.iterations - lv.done
             run = math.ceil(left / lv.rate - 1e-9)
             if self.artifact:
