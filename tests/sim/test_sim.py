@@ -354,19 +354,9 @@ def test_artifact_completion_mode_reproduces_elasticflow_on_elasticvpollux() -> 
     assert round(result.planned_ratio * 195) == 142
 
 
-def test_a_paused_job_is_not_recorded_as_a_slow_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Stopped for two slots in every five and resumed at the same size: the progress samples the
-    learned belief fits must show the pauses, not intervals at 8 GPUs three times too slow."""
-    from qosflow.sim.policy import SlotDecision, SlotSnapshot
+def _samples_fitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float, int]]:
+    """The samples a learned belief fits, as of its latest fit (filled in while a run goes)."""
     from qosflow.sim.truth import LearnedBelief
-
-    class PauseAndResume(EdfElastic):
-        def decide(self, snap: SlotSnapshot) -> SlotDecision:
-            paused = snap.now // snap.slot % 5 >= 3
-            units = {} if paused else {j.job_id: 8 for j in snap.jobs}
-            return SlotDecision(allocation=units, wake_at=snap.now + snap.slot)  # every slot
 
     seen: list[tuple[float, float, int]] = []
     fitted = LearnedBelief.speeds
@@ -376,6 +366,23 @@ def test_a_paused_job_is_not_recorded_as_a_slow_one(
         return fitted(self, job, samples)  # type: ignore[arg-type]
 
     monkeypatch.setattr(LearnedBelief, "speeds", spy)
+    return seen
+
+
+def test_a_paused_job_is_not_recorded_as_a_slow_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped for two slots in every five and resumed at the same size: the progress samples the
+    learned belief fits must show the pauses, not intervals at 8 GPUs three times too slow."""
+    from qosflow.sim.policy import SlotDecision, SlotSnapshot
+
+    class PauseAndResume(EdfElastic):
+        def decide(self, snap: SlotSnapshot) -> SlotDecision:
+            paused = snap.now // snap.slot % 5 >= 3
+            units = {} if paused else {j.job_id: 8 for j in snap.jobs}
+            return SlotDecision(allocation=units, wake_at=snap.now + snap.slot)  # every slot
+
+    seen = _samples_fitted(monkeypatch)
     size = int(3600 * T8)
     _run(
         _trace(tmp_path, [f"a,0,{size},resnet50,99999,256,8,3600"]),
@@ -398,7 +405,6 @@ def test_an_overhead_stall_is_not_recorded_as_a_slower_speed(
     running job at every decision): the samples the learned belief fits show the speed at 8 GPUs,
     not two thirds of it, and the stalls still cost their time."""
     from qosflow.sim.policy import Placed, SlotDecision, SlotSnapshot
-    from qosflow.sim.truth import LearnedBelief
 
     class EverySlot(EdfElastic):
         def decide(self, snap: SlotSnapshot) -> SlotDecision:
@@ -411,14 +417,7 @@ def test_an_overhead_stall_is_not_recorded_as_a_slower_speed(
         ) -> dict[str, int]:
             return {p.job_id: 20 for p in placed}
 
-    seen: list[tuple[float, float, int]] = []
-    fitted = LearnedBelief.speeds
-
-    def spy(self: LearnedBelief, job: object, samples: list[tuple[float, float, int]]) -> object:
-        seen[:] = samples
-        return fitted(self, job, samples)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(LearnedBelief, "speeds", spy)
+    seen = _samples_fitted(monkeypatch)
     size = int(1800 * T8)
     result = _run(
         _trace(tmp_path, [f"a,0,{size},resnet50,99999,256,8,1800"]),
