@@ -432,6 +432,38 @@ def test_an_overhead_stall_is_not_recorded_as_a_slower_speed(
     assert finish is not None and finish >= 1800 * 1.5  # 20 s of every 60 s lost
 
 
+def test_a_decision_sees_the_progress_made_up_to_its_own_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a watch polling at the decision would: every decision's belief rests on the progress up
+    to that decision, and a resize keeps the last interval run at the old size."""
+    from qosflow.sim.policy import SlotDecision, SlotSnapshot
+
+    fitted: dict[int, list[tuple[float, float, int]]] = {}
+
+    class EightThenFour(EdfElastic):
+        def decide(self, snap: SlotSnapshot) -> SlotDecision:
+            fitted[snap.now] = list(seen)  # what this decision's belief was fitted on
+            units = 8 if snap.now < 180 else 4
+            return SlotDecision({j.job_id: units for j in snap.jobs}, wake_at=snap.now + snap.slot)
+
+    seen = _samples_fitted(monkeypatch)
+    size = int(600 * T8)
+    _run(
+        _trace(tmp_path, [f"a,0,{size},resnet50,99999,256,8,600"]),
+        EightThenFour(),
+        speeds="learned",
+    )
+    assert len(fitted) >= 6
+    for now, samples in fitted.items():
+        if now > 0:
+            assert samples[-1][0] == now  # fitted on the progress up to now, not the slot before
+            assert samples[-1][1] > samples[-2][1]
+    at_eight = [(t, d) for t, d, u in fitted[240] if u == 8]
+    assert at_eight[-1][0] == 180  # the interval run at 8 up to the resize is kept at 8
+    assert (at_eight[-1][1] - at_eight[-2][1]) / 60 == pytest.approx(T8, rel=1e-6)
+
+
 def test_a_completed_job_leaves_its_progress_to_the_next_job_of_its_key(tmp_path: Path) -> None:
     """As the finish step records history: b, submitted after a completed, is believed what a
     measured at 8 GPUs (its completion included) before it has measured anything itself."""

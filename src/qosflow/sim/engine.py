@@ -11,7 +11,9 @@ advances ``speed(units) * noise * (elapsed - overhead)`` iterations; its complet
 learned belief fits are dated on the job's own clock, the virtual time less the overhead it has
 lost so far: the stall is not read as a slower speed at the job's size (as a watch drops a
 restart's stall with the restart), and what it costs shows in the realised finish times the
-policy's calibration learns from instead.
+policy's calibration learns from instead. A decision sees the progress made up to its own time
+(as a watch polling then would), and a size change or a pause first closes the interval run at
+the old size.
 
 See :mod:`qosflow.sim.policy` for how a policy plugs in.
 """
@@ -305,7 +307,13 @@ class _Run:
             final = (at - lv.lost, float(lv.job.iterations), lv.units)  # the watch's last poll
             self.belief.finished(lv.job, [*lv.samples, final])  # the finish step records them
 
-    def view(self, lv: _Live) -> JobView:
+    def observed(self, lv: _Live, now: int) -> list[tuple[float, float, int]]:
+        """The samples a decision at ``now`` sees: the progress up to ``now``, as a watch reads it."""
+        if lv.units == 0 or not lv.samples:
+            return lv.samples
+        return [*lv.samples, (now - lv.lost, lv.done, lv.units)]
+
+    def view(self, lv: _Live, now: int) -> JobView:
         j = lv.job
         if lv.max_units < 0:
             lv.max_units = self.truth.max_units(j)
@@ -317,7 +325,7 @@ class _Run:
             done=lv.done,
             units=lv.units,
             requested=j.num_gpu,
-            speeds=self.belief.speeds(j, lv.samples),
+            speeds=self.belief.speeds(j, self.observed(lv, now)),
             max_units=lv.max_units,
             model=j.model,
             batch_size=j.batch_size,
@@ -335,7 +343,7 @@ class _Run:
             decision=self.decisions,
             arrivals=tuple(self.arrived),
             completed=tuple(self.completed),
-            jobs=tuple(self.view(lv) for lv in self.live.values()),
+            jobs=tuple(self.view(lv, now) for lv in self.live.values()),
             switches=self.cfg.switches,
         )
         self.arrived, self.completed = [], []
@@ -387,6 +395,8 @@ class _Run:
             units = allocation.get(job_id, 0)
             if lv.units and units and units != lv.units:
                 lv.rescales += 1
+            if lv.units and units != lv.units and lv.samples:  # close the old size's interval
+                lv.samples.append((now - lv.lost, lv.done, lv.units))
             if units and lv.started is None:
                 lv.started = now
             lv.units, lv.overhead, lv.since = units, charges.get(job_id, 0), now
