@@ -369,6 +369,13 @@ def _samples_fitted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, float,
     return seen
 
 
+def _one_learned_job(tmp_path: Path, policy: object, seconds: int, **kw: object) -> SimResult:
+    """One resnet50 job of ``seconds`` at 8 GPUs under ``policy``, with learned speeds."""
+    size = int(seconds * T8)
+    row = f"a,0,{size},resnet50,99999,256,8,{seconds}"
+    return _run(_trace(tmp_path, [row]), policy, speeds="learned", **kw)
+
+
 def test_a_paused_job_is_not_recorded_as_a_slow_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -383,12 +390,7 @@ def test_a_paused_job_is_not_recorded_as_a_slow_one(
             return SlotDecision(allocation=units, wake_at=snap.now + snap.slot)  # every slot
 
     seen = _samples_fitted(monkeypatch)
-    size = int(3600 * T8)
-    _run(
-        _trace(tmp_path, [f"a,0,{size},resnet50,99999,256,8,3600"]),
-        PauseAndResume(),
-        speeds="learned",
-    )
+    _one_learned_job(tmp_path, PauseAndResume(), 3600)
     rates = [
         (d1 - d0) / (t1 - t0)
         for (_, _, u_prev), (t0, d0, u), (t1, d1, u1) in zip(seen, seen[1:], seen[2:], strict=False)
@@ -418,13 +420,7 @@ def test_an_overhead_stall_is_not_recorded_as_a_slower_speed(
             return {p.job_id: 20 for p in placed}
 
     seen = _samples_fitted(monkeypatch)
-    size = int(1800 * T8)
-    result = _run(
-        _trace(tmp_path, [f"a,0,{size},resnet50,99999,256,8,1800"]),
-        EverySlot(),
-        speeds="learned",
-        overhead=Stall(),
-    )
+    result = _one_learned_job(tmp_path, EverySlot(), 1800, overhead=Stall())
     rates = [(d1 - d0) / (t1 - t0) for (t0, d0, _), (t1, d1, _) in itertools.pairwise(seen)]
     assert len(rates) >= 20
     assert all(r == pytest.approx(T8, rel=1e-6) for r in rates)
@@ -448,12 +444,7 @@ def test_a_decision_sees_the_progress_made_up_to_its_own_time(
             return SlotDecision({j.job_id: units for j in snap.jobs}, wake_at=snap.now + snap.slot)
 
     seen = _samples_fitted(monkeypatch)
-    size = int(600 * T8)
-    _run(
-        _trace(tmp_path, [f"a,0,{size},resnet50,99999,256,8,600"]),
-        EightThenFour(),
-        speeds="learned",
-    )
+    _one_learned_job(tmp_path, EightThenFour(), 600)
     assert len(fitted) >= 6
     for now, samples in fitted.items():
         if now > 0:
