@@ -307,13 +307,7 @@ class _Run:
             final = (at - lv.lost, float(lv.job.iterations), lv.units)  # the watch's last poll
             self.belief.finished(lv.job, [*lv.samples, final])  # the finish step records them
 
-    def observed(self, lv: _Live, now: int) -> list[tuple[float, float, int]]:
-        """The samples a decision at ``now`` sees: the progress up to ``now``, as a watch reads it."""
-        if lv.units == 0 or not lv.samples:
-            return lv.samples
-        return [*lv.samples, (now - lv.lost, lv.done, lv.units)]
-
-    def view(self, lv: _Live, now: int) -> JobView:
+    def view(self, lv: _Live) -> JobView:
         j = lv.job
         if lv.max_units < 0:
             lv.max_units = self.truth.max_units(j)
@@ -325,7 +319,7 @@ class _Run:
             done=lv.done,
             units=lv.units,
             requested=j.num_gpu,
-            speeds=self.belief.speeds(j, self.observed(lv, now)),
+            speeds=self.belief.speeds(j, lv.samples),
             max_units=lv.max_units,
             model=j.model,
             batch_size=j.batch_size,
@@ -334,7 +328,14 @@ class _Run:
             started=lv.started is not None,
         )
 
+    def poll(self, now: int) -> None:
+        """As a watch polling now: each running job's progress up to now, at the size it ran."""
+        for lv in self.live.values():
+            if lv.units:
+                lv.samples.append((now - lv.lost, lv.done, lv.units))
+
     def decide(self, now: int) -> None:
+        self.poll(now)  # the decision's beliefs rest on the progress up to now
         snap = SlotSnapshot(
             now=now,
             slot=self.cfg.slot,
@@ -343,7 +344,7 @@ class _Run:
             decision=self.decisions,
             arrivals=tuple(self.arrived),
             completed=tuple(self.completed),
-            jobs=tuple(self.view(lv, now) for lv in self.live.values()),
+            jobs=tuple(self.view(lv) for lv in self.live.values()),
             switches=self.cfg.switches,
         )
         self.arrived, self.completed = [], []
@@ -395,10 +396,9 @@ class _Run:
             units = allocation.get(job_id, 0)
             if lv.units and units and units != lv.units:
                 lv.rescales += 1
-            if lv.units and units != lv.units and lv.samples:  # close the old size's interval
-                lv.samples.append((now - lv.lost, lv.done, lv.units))
             if units and lv.started is None:
                 lv.started = now
+            resized = units != lv.units  # the poll closed the old size's interval
             lv.units, lv.overhead, lv.since = units, charges.get(job_id, 0), now
             self.invalidate(lv)
             used += units
@@ -408,7 +408,8 @@ class _Run:
                 lv.rate = 0.0
                 continue
             lv.rate = self.truth.speed(lv.job, units) * self.cfg.noise.factor(self.rng)
-            lv.samples.append((now - lv.lost, lv.done, units))
+            if resized:  # a start, resume or resize opens a run at the new size
+                lv.samples.append((now - lv.lost, lv.done, units))
             left = lv.job.iterations - lv.done
             run = math.ceil(left / lv.rate - 1e-9)
             if self.artifact:
