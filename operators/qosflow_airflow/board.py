@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypedDict
 
 from qosflow.core.allocator import RANK, Allocation, ClusterInput, JobAllocation, JobInput, allocate
+from qosflow.core.forecast import arrival_from_dict, arrival_to_dict, kept
 from qosflow.core.summary import (
     belief_factor,
     belief_from_dict,
@@ -49,12 +50,15 @@ class BoardAnswer:
         allocation: The whole allocation (every job's answer, the verdicts).
         capacity: Units the allocation shared out.
         held_below: Units held now by jobs of a lower class than this job's allocation.
+        profiled: This job's profile ladder ended now (:mod:`qosflow.core.profile`): its
+            samples so far belong in its key's history at once.
     """
 
     mine: JobAllocation | None
     allocation: Allocation
     capacity: int
     held_below: int
+    profiled: bool = False
 
 
 def job_input(entry: BoardEntry, now: float | None = None) -> JobInput:
@@ -197,6 +201,7 @@ def allocate_on_board(
         capacity = free_units + held
         if total_units is not None:
             capacity = min(capacity, total_units)
+        arrivals = tuple(arrival_from_dict(a) for a in session.arrivals(mine.unit))
         cluster = ClusterInput(
             now=now,
             capacity=max(capacity, 1),
@@ -204,8 +209,12 @@ def allocate_on_board(
             jobs=tuple(job_input(e, now) for e in entries),
             freed=_freed(session, mine, previous),
             plan_factor=plan_factor,
+            arrivals=arrivals,
         )
         out = allocate(cluster)
+        if out.arrived:  # the forecast's memory, pruned when it grows (as in the simulator)
+            fresh = kept((*arrivals, *out.arrived), now)
+            session.keep_arrivals(mine.unit, [arrival_to_dict(a) for a in fresh])
         answer = out.jobs.get(mine.job_id)
         if answer is not None:
             session.put(_answered(mine, answer))
@@ -216,7 +225,9 @@ def allocate_on_board(
                 session.decide(_answered(e, other))
         rank = RANK.get(answer.klass, 99) if answer is not None else -1
         below = sum(e.units for e in entries if RANK.get(e.klass, 99) > rank)
-        return BoardAnswer(answer, out, cluster.capacity, below)
+        climbed = previous is not None and bool(previous.state.get("profiling"))
+        profiled = climbed and (answer is None or not answer.state.profiling)
+        return BoardAnswer(answer, out, cluster.capacity, below, profiled)
 
 
 def _answered(entry: BoardEntry, answer: JobAllocation) -> BoardEntry:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -407,3 +407,30 @@ def test_a_job_admitted_in_another_jobs_step_stays_admitted_in_its_own(board: Jo
     own = c.poll("b", T0 + 12)
     assert own.mine is not None and own.mine.guaranteed  # b's own step does not re-decide it
     assert "b" not in own.allocation.admitted
+
+
+def test_the_step_whose_profile_ladder_ends_is_told_so(board: JobBoard) -> None:
+    """One node is one CPU here: the job climbs to 2 (half the cluster) and ends its ladder.
+
+    It climbs because no size it may plan makes its deadline (100,000 steps at one a second
+    take longer than its 60,000 s). The watch records the job's samples in its key's history
+    when told (``profiled``).
+    """
+    s = spec("climber", 100_000, 60_000)
+    s = replace(s, resources=replace(s.resources, per_node=1))
+    one = TableCurve({n: 1.0 for n in LEVELS})  # measured on 1; past it, no faster yet
+    before = Belief(one, one, LEVELS, 1, (1,), (1,))
+    c = Cluster(board)
+    c.add(s, before)
+    c.holds["climber"] = 1
+    first = c.poll("climber", T0)
+    assert first.mine is not None and first.mine.units == 2 and first.mine.state.profiling
+    assert not first.profiled
+    c.holds["climber"] = 2
+    two = TableCurve({n: 1.0 if n == 1 else 2.0 for n in LEVELS})  # 2 measured: twice as fast
+    c.beliefs["climber"] = Belief(two, two, LEVELS, 2, (1, 2), (1, 2))
+    second = c.poll("climber", T0 + 600)
+    assert second.mine is not None and not second.mine.state.profiling
+    assert second.profiled
+    third = c.poll("climber", T0 + 660)
+    assert not third.profiled  # told once

@@ -118,3 +118,21 @@ def test_a_timing_above_one_node_counts_for_every_later_job_of_the_key_until_a_r
     late = belief.speeds(_job("late"), [])
     assert isinstance(late, FittedSpeeds)
     assert [m.units for m in late.fit.measured] == [16] and late.known == ()
+
+
+def test_a_profilers_samples_reach_its_key_when_its_ladder_ends_and_are_not_counted_twice() -> None:
+    """The watch records a profiler's samples at once; the finish step skips them later."""
+    belief = LearnedBelief(TRUTH, node_size=8)
+    climbed = _samples(16, CURVE[16])
+    belief.profiled(_job("a"), climbed)  # its ladder ended: 16 is measured for the key
+    later = belief.speeds(_job("b"), [])
+    assert isinstance(later, FittedSpeeds)
+    assert [m.units for m in later.fit.measured] == [16]
+    windows = later.fit.measured[0].windows
+
+    tail = [(400.0 + 10.0 * i, climbed[-1][1] + 10.0 * i * CURVE[8], 8) for i in range(40)]
+    belief.finished(_job("a"), [*climbed, *tail])  # the whole run, the climbed part included
+    done = belief.speeds(_job("c"), [])
+    assert isinstance(done, FittedSpeeds)
+    assert {m.units: m.windows for m in done.fit.measured}[16] == windows  # not twice
+    assert 8 in {m.units for m in done.fit.measured}  # the rest of the run counts

@@ -3,7 +3,7 @@
 The simulator's ``qosflow`` policy builds the allocator's snapshot from its engine
 (:mod:`qosflow.sim.adapter`); the Airflow steps build it from the job board, where every watch
 published its own job (spec as XCom carries it, progress, size, belief as tables, the allocator's
-memory of it). Multi-job snapshots are recorded from simulator runs (contended seed workloads,
+memory of it), with the forecast's arrivals. Multi-job snapshots are recorded from simulator runs (contended seed workloads,
 oracle and learned speeds), every job is written to a real board (SQLite, JSON through the
 store) as its watch would publish it, read back as the watch reads it
 (:func:`qosflow_airflow.board.job_input`) and allocated again: every job's size, class,
@@ -23,6 +23,7 @@ import pytest
 
 from qosflow.core import allocation
 from qosflow.core.allocator import Allocation, ClusterInput, JobInput, allocate
+from qosflow.core.forecast import arrival_from_dict, arrival_to_dict
 from qosflow.core.predict import Calibration
 from qosflow.core.summary import belief_to_dict, state_to_dict
 from qosflow.sim.engine import SimConfig, simulate
@@ -106,6 +107,9 @@ def _through_the_board(cluster: ClusterInput, board: JobBoard) -> ClusterInput:
         )
         for e in entries:
             session.finish(e.job_id)
+        unit = cluster.jobs[0].spec.resources.unit
+        session.keep_arrivals(unit, [arrival_to_dict(a) for a in cluster.arrivals])
+        arrivals = tuple(arrival_from_dict(a) for a in session.arrivals(unit))
     return ClusterInput(
         now=cluster.now,
         capacity=cluster.capacity,
@@ -114,6 +118,7 @@ def _through_the_board(cluster: ClusterInput, board: JobBoard) -> ClusterInput:
         freed=cluster.freed,
         plan_factor=cluster.plan_factor,
         max_utilisation=cluster.max_utilisation,
+        arrivals=arrivals,
     )
 
 
@@ -124,6 +129,10 @@ def _summary(a: Allocation) -> dict[str, Any]:
         "rejected": a.rejected,
         "verdicts": {n: (v.kind, v.units, v.counter_offer) for n, v in a.verdicts.items()},
         "wake_at": a.wake_at,
+        "arrived": [  # step times as the board's tables give them back (rates: 1 ulp apart)
+            (x.submitted_at, x.candidate.name, x.candidate.deadline, x.candidate.remaining_steps)
+            for x in a.arrived
+        ],
     }
 
 
@@ -143,7 +152,7 @@ def board(tmp_path: Path) -> Iterator[JobBoard]:
         store.close()
 
 
-@pytest.mark.parametrize(("mode", "seed"), [("oracle", 2), ("learned", 2)])
+@pytest.mark.parametrize(("mode", "seed"), [("oracle", 2), ("oracle", 4), ("learned", 2)])
 def test_board_and_simulator_allocate_the_same(mode: str, seed: int, board: JobBoard) -> None:
     records = list(_interesting(_record(mode, seed)))
     step = max(len(records) // 40, 1)
@@ -171,5 +180,5 @@ def test_board_and_simulator_allocate_the_same(mode: str, seed: int, board: JobB
 
 def test_the_recorded_runs_include_a_repair() -> None:
     """The parity above is checked on repaired plans too (the recording must not lose them)."""
-    records = _record("oracle", 2) + _record("learned", 2)
+    records = _record("oracle", 2) + _record("oracle", 4) + _record("learned", 2)
     assert any(r.repaired for r in records)

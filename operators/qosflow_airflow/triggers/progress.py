@@ -235,13 +235,17 @@ def board_allocator(state: TrainingState, history_url: str, cluster: ClusterView
         side = cluster_side(cluster, state.spec.resources, active)
         store = HistoryStore(history_url)
         try:
-            return allocate_on_board(
+            answer = allocate_on_board(
                 JobBoard(store, namespace),
                 publish(entry, belief, factor),
                 now=snap.now,
                 plan_factor=None,
                 **side,
             )
+            if answer.profiled:  # its key's later jobs plan on the sizes it climbed through
+                samples = [*watcher.history, *watcher.observed()]
+                store.record_samples(state.spec.key, unit, samples)
+            return answer
         finally:
             store.close()
 

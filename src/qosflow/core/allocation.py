@@ -45,7 +45,7 @@ class Prepared:
         tight: Inside its margin, not hopeless, and only its fastest size may make it.
         at_risk: A guarantee that even its fastest plannable size no longer saves.
         pressed: A guarantee that takes its minimal share ahead of the jobs that are not
-            (:func:`qosflow.core.allocator.pressed`).
+            (:func:`pressed`).
     """
 
     spec: JobSpec
@@ -91,6 +91,31 @@ class Prepared:
                 running_units=0,
             )
         return self._candidate
+
+
+PRESSED_SHARE = 0.5
+"""A guarantee is pressed once its fastest plannable size needs this share of its time left."""
+
+
+def pressed(promise: Belief, remaining: float, cap: int, due_in: float) -> bool:
+    """Whether a guarantee must now take its share ahead of the jobs without one.
+
+    Until then a guarantee is one deadline job among the others (earliest deadline first) and its
+    backward-fill plan claims the units it cannot do without. Once its promise needs its fastest
+    plannable size ``cap`` for :data:`PRESSED_SHARE` of the ``due_in`` seconds left before its
+    deadline minus margin, it goes first (why not sooner or later: docs/experiments.md).
+
+    Args:
+        promise: The belief the guarantee is planned on.
+        remaining: Steps still to run.
+        cap: Its fastest plannable size.
+        due_in: Seconds from now to its deadline minus margin.
+    """
+    if remaining <= 0:
+        return False
+    if due_in <= 0:
+        return True
+    return remaining * promise.conservative.step_time(cap) >= PRESSED_SHARE * due_in
 
 
 def reason(job: Prepared, units: int) -> str:

@@ -14,7 +14,8 @@ The rules, in order:
    earliest deadline first, is tested against the guarantees and every deadline job without a
    promise due before it that the guarantees leave room for, as if it held one (it would yield
    to them until pressed, rule 3), with conservative speeds, margins, the energy test and
-   backward filling on the slotted capacity timeline. It is guaranteed, or told at once that it
+   backward filling on the slotted capacity timeline, and against the forecast of the deadline
+   jobs still to come (:mod:`qosflow.core.forecast`). It is guaranteed, or told at once that it
    is not (the counter-offer is in its reason) and then still runs best effort on what the
    guarantees do not need, unless its spec says ``reject``. A job told "not guaranteed" is
    asked again when a job finished (capacity freed), else once per dwell period.
@@ -24,25 +25,22 @@ The rules, in order:
    still fits (:mod:`qosflow.core.allocation`).
 3. **Minimal shares** (:func:`qosflow.core.decide.minimal_share`): pressed guarantees and
    promises at risk first, then every other deadline job that can still make it, guaranteed or
-   not, earliest deadline first. A guarantee is *pressed* once even its fastest plannable size
-   needs half of the time left before its deadline minus margin (:func:`pressed`), and stays
-   pressed; until then the backward-fill plan of rule 2 is what protects it, and it does not
-   crowd out earlier deadlines. A promise at risk (even its fastest plannable size no longer
-   saves it by the conservative bound) is never starved: with learned speeds a promise can fall
-   at risk early, and served in deadline order among the others it ended hours late. A pressed
-   guarantee that only its fastest size can save takes the largest size left when its whole
-   share does not fit, and so does a promise at risk, except one that even its expected (median)
-   speed no longer saves: that one takes only what the other guarantees' minimal shares leave
-   (a promise already lost must not break one on track).
+   not, earliest deadline first. A guarantee is *pressed*
+   (:func:`~qosflow.core.allocation.pressed`) once even its fastest plannable size needs half
+   of its time left, and stays pressed; until then rule 2's plan protects it. A promise at risk
+   (even its fastest plannable size no longer saves it by the conservative bound) is never
+   starved (with learned speeds it can fall at risk early). A pressed guarantee that only its
+   fastest size can save takes the largest size left when its whole share does not fit, and so
+   does a promise at risk, unless even its median speed no longer saves it: that one takes only
+   what the other guarantees' minimal shares leave.
 4. **Rescale rules** (:func:`qosflow.core.decide.decide`): a running job keeps the size its own
    decision keeps (scale down only with hysteresis, dwell and a real benefit).
 5. **Leftover**: waiting jobs start, then spare units go one level at a time to the job saving
-   the most seconds per unit, if that beats the benefit factor times the rescale cost and the
-   job is not inside its dwell time.
+   the most seconds per unit, beyond the rescale cost, unless it is inside its dwell time.
+6. **Profile ladder** (:mod:`qosflow.core.profile`): a job climbs past one node for its key.
 
-Keeping promises: a guarantee is planned with at least the conformal factor it was admitted
-under (``JobState.floor``). Priority classes (:func:`qosflow.core.priority.classify`, with the
-ladder's hysteresis) order jobs of equal deadline.
+A guarantee is planned with at least the conformal factor it was admitted under
+(``JobState.floor``). Priority classes (:func:`~qosflow.core.priority.classify`) break ties.
 """
 
 from __future__ import annotations
@@ -52,10 +50,11 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from qosflow.core import admission, priority
-from qosflow.core.allocation import Prepared, Units, reason, reserve, spread
+from qosflow.core import admission, forecast, priority
+from qosflow.core.allocation import Prepared, Units, pressed, reason, reserve, spread
 from qosflow.core.decide import JobSnapshot, decide, margin_for, minimal_share
 from qosflow.core.predict import Belief, finish_on
+from qosflow.core.profile import profile
 from qosflow.core.spec import JobSpec
 
 RANK = {klass.name: i for i, klass in enumerate(priority.LADDER)}
@@ -78,6 +77,7 @@ class JobState:
             keeps the target then instead of deciding again from the old size.
         pressed: Its guarantee has been pressed (:func:`pressed`): it takes its minimal share
             ahead of the jobs that are not, from then on.
+        profiling: It is its key's profiler (:mod:`qosflow.core.profile`).
     """
 
     seen: bool = False
@@ -88,6 +88,7 @@ class JobState:
     rescaled_at: float | None = None
     target: int | None = None
     pressed: bool = False
+    profiling: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +130,8 @@ class ClusterInput:
         plan_factor: The conformal factor guarantees are planned with now, for every job
             (``None``: each job's own ``belief_factor``, else none).
         max_utilisation: Share of the capacity admission's energy test counts on.
+        arrivals: The deadline jobs the allocator saw arrive lately, as their first asks saw
+            them (:func:`qosflow.core.forecast.kept` of what earlier allocations reported).
     """
 
     now: float
@@ -138,6 +141,7 @@ class ClusterInput:
     freed: bool = False
     plan_factor: float | None = None
     max_utilisation: float = 1.0
+    arrivals: tuple[forecast.Arrival, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +174,7 @@ class Allocation:
         verdicts: Admission's verdict (kind, size, reason, counter-offer), for the jobs admission
             told something now (a job asked again is told only when it is guaranteed).
         wake_at: When the guarantees' plan next changes (decide again then), or ``None``.
+        arrived: The deadline jobs first asked now, for the shell to keep for later forecasts.
     """
 
     jobs: Mapping[str, JobAllocation]
@@ -177,14 +182,14 @@ class Allocation:
     rejected: tuple[str, ...] = ()
     verdicts: Mapping[str, admission.Verdict] = field(default_factory=dict)
     wake_at: int | None = None
+    arrived: tuple[forecast.Arrival, ...] = ()
 
 
 def promise_of(job: JobInput, plan_factor: float | None, floor: float) -> Belief:
     """The belief a guarantee is planned on: never less conservative than at its admission.
 
-    A guarantee was proved under the factor of its admission; re-planning it under a smaller
-    one (the first learnt factor may be below the core's default 1.15) would hand its slack to
-    newcomers, and the plan would no longer fit when the factor rises again.
+    A guarantee was proved under the factor of its admission; under a smaller one (the first
+    learnt factor may be below the default 1.15) its slack would go to newcomers.
     """
     if (plan_factor is None and floor <= 0.0) or job.belief_at is None:
         return job.belief
@@ -193,34 +198,6 @@ def promise_of(job: JobInput, plan_factor: float | None, floor: float) -> Belief
     if job.belief_factor is not None and factor == job.belief_factor:
         return job.belief
     return job.belief_at(factor)
-
-
-PRESSED_SHARE = 0.5
-"""A guarantee is pressed once its fastest plannable size needs this share of its time left."""
-
-
-def pressed(promise: Belief, remaining: float, cap: int, due_in: float) -> bool:
-    """Whether a guarantee must now take its share ahead of the jobs without one.
-
-    Until its deadline is near, a guaranteed job is one deadline job among the others (earliest
-    deadline first) and its backward-fill plan claims the units it cannot do without. Once its
-    promise needs its fastest plannable size ``cap`` for at least :data:`PRESSED_SHARE` of the
-    ``due_in`` seconds left before its deadline minus margin, there is no room left to yield:
-    from then on it goes first. Serving every guarantee first from the start (as before) kept
-    promises by starving earlier deadlines that held none; waiting until only the fastest size
-    saves it came too late where a restart costs half a minute (docs/experiments.md).
-
-    Args:
-        promise: The belief the guarantee is planned on.
-        remaining: Steps still to run.
-        cap: Its fastest plannable size.
-        due_in: Seconds from now to its deadline minus margin.
-    """
-    if remaining <= 0:
-        return False
-    if due_in <= 0:
-        return True
-    return remaining * promise.conservative.step_time(cap) >= PRESSED_SHARE * due_in
 
 
 def prepare(job: JobInput, cluster: ClusterInput, state: JobState) -> Prepared:
@@ -305,9 +282,10 @@ class _Decision:
     admitted: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     verdicts: dict[str, admission.Verdict] = field(default_factory=dict)
+    arrived: list[forecast.Arrival] = field(default_factory=list)
 
-    def admit(self) -> None:
-        """Rule 1: jobs not seen yet, and waiting ones due to be asked again, earliest first."""
+    def _asking(self) -> list[Prepared]:
+        """Jobs not seen yet, and waiting ones due to be asked again, earliest deadline first."""
         now = float(self.cluster.now)
         asking = []
         for name, job in self.jobs.items():
@@ -319,10 +297,16 @@ class _Decision:
             if not st.seen:
                 self.states[name] = replace(st, asked_at=now)  # told now: asked again later
                 asking.append(job)
+                if math.isfinite(job.spec.deadline):  # kept for the forecast of later asks
+                    self.arrived.append(forecast.Arrival(job.spec.submitted_at, job.candidate()))
             elif job.klass != "qosflow-late" and due:
                 self.states[name] = replace(st, asked_at=now)
                 asking.append(job)
-        asking.sort(key=lambda j: (j.spec.deadline, j.spec.submitted_at, j.name))
+        return sorted(asking, key=lambda j: (j.spec.deadline, j.spec.submitted_at, j.name))
+
+    def admit(self) -> None:
+        """Rule 1: jobs not seen yet, and waiting ones due to be asked again, earliest first."""
+        asking = self._asking()
         promised = sorted((j.name, j.candidate()) for j in self.jobs.values() if j.guaranteed)
         rivals = None  # built for the first ask that needs them
         for job in asking:
@@ -398,9 +382,11 @@ class _Decision:
         ahead: list[admission.Candidate],
     ) -> None:
         first = not self.states[job.name].seen
+        cl = self.cluster  # the promises, the deadline jobs due first, the forecast (module doc)
+        coming = forecast.rivals(cl.arrivals, deadline=job.spec.deadline, now=float(cl.now))
         verdict = admission.admit(
             job.candidate(),
-            [c for _, c in promised] + ahead,
+            [c for _, c in promised] + ahead + coming,
             capacity=self.cluster.capacity,
             now=float(self.cluster.now),
             if_not_guaranteed=job.spec.if_not_guaranteed,
@@ -483,6 +469,10 @@ def allocate(cluster: ClusterInput) -> Allocation:
         jobs.pop(name)
     ordered = sorted(jobs.values(), key=_order)
     units, wake = _share(ordered, cluster)
+    units, profilers, measuring = profile(ordered, units, cluster.capacity, d.states)  # rule 6
+    if measuring:  # a rung is measured interval by interval: decide again after the next one
+        nxt = math.ceil(cluster.now + cluster.slot_s)
+        wake = nxt if wake is None else min(wake, nxt)
     out: dict[str, JobAllocation] = {}
     for job in ordered:
         st = d.states[job.name]
@@ -491,10 +481,12 @@ def allocate(cluster: ClusterInput) -> Allocation:
         held = inputs[job.name].units
         if held not in (0, n) and n != st.target:  # a new rescale of a running job
             st = replace(st, rescaled_at=float(cluster.now))
-        if st.klass != klass or st.target != n:
-            st = replace(st, klass=klass, target=n)
+        climbs = job.name in profilers
+        if st.klass != klass or st.target != n or st.profiling != climbs:
+            st = replace(st, klass=klass, target=n, profiling=climbs)
         if job.pressed and not st.pressed:  # pressed once, pressed for good
             st = replace(st, pressed=True)
         out[job.name] = JobAllocation(n, klass, st.guaranteed, reason(job, n), st)
     wake_at = wake if wake is not None and wake > cluster.now else None
-    return Allocation(out, tuple(d.admitted), tuple(d.rejected), d.verdicts, wake_at)
+    arrived = tuple(d.arrived)
+    return Allocation(out, tuple(d.admitted), tuple(d.rejected), d.verdicts, wake_at, arrived)

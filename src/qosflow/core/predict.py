@@ -85,6 +85,10 @@ class Belief:
         probe_limit: Largest level the probe rule allows now (worked out from the above).
         any_speed: Whether the median knows a finite step time at some level (else: still
             measuring; worked out from the above).
+        settled: Sizes measured for at least :data:`~qosflow.core.windows.SETTLED_WINDOWS`
+            clean windows (this run's and the key's history's); ``None`` when the belief is not
+            made of measurements (a table: every size is known), which the profile ladder
+            (:mod:`qosflow.core.profile`) leaves alone.
     """
 
     median: SpeedCurve
@@ -92,6 +96,7 @@ class Belief:
     levels: tuple[int, ...]
     knee: int
     observed: tuple[int, ...] = ()
+    settled: tuple[int, ...] | None = None
     probe_limit: int = field(init=False, repr=False, compare=False)
     any_speed: bool = field(init=False, repr=False, compare=False)
     _fastest_below: tuple[tuple[int, float], ...] = field(init=False, repr=False, compare=False)
@@ -191,25 +196,29 @@ def belief_from_fit(
         n: (1.0 / max(c, sys.float_info.min) if c >= 0 and math.isfinite(c) else 0.0)
         for n, c in zip(ordered, cons.tolist(), strict=True)
     }
+    windows: dict[int, int] = {}
+    for m in (*fit.measured, *known):
+        windows[m.units] = windows.get(m.units, 0) + m.windows
+    settled = tuple(n for n in ordered if windows.get(n, 0) >= SETTLED_WINDOWS)
     return Belief(
-        median, TableCurve(table), ordered, _settled_knee(median, ordered, fit, known), observed
+        median,
+        TableCurve(table),
+        ordered,
+        _settled_knee(median, ordered, windows),
+        observed,
+        settled,
     )
 
 
-def _settled_knee(
-    median: SpeedCurve, ordered: tuple[int, ...], fit: FitResult, known: Sequence[Measured]
-) -> int:
+def _settled_knee(median: SpeedCurve, ordered: tuple[int, ...], windows: dict[int, int]) -> int:
     """The throughput knee, never below a size whose measurement is still thin.
 
     A knee below ``n`` says "``n`` units are no faster than fewer": a few windows (the first
     minute after a rescale, on a host busy with something else) must not say that for good. So
     a measured size with fewer than :data:`~qosflow.core.windows.SETTLED_WINDOWS` clean windows (this
-    run's and earlier runs' together) keeps the knee at least at itself until it has them; then
-    the measurement rules.
+    run's and earlier runs' together, ``windows``) keeps the knee at least at itself until it has
+    them; then the measurement rules.
     """
-    windows: dict[int, int] = {}
-    for m in (*fit.measured, *known):
-        windows[m.units] = windows.get(m.units, 0) + m.windows
     fastest = knee(median, ordered)
     thin = [n for n in ordered if n > fastest and 0 < windows.get(n, 0) < SETTLED_WINDOWS]
     return max(thin, default=fastest)

@@ -25,13 +25,14 @@ def _rate(step_time: float) -> float | None:
 
 
 def belief_to_dict(belief: Belief, factor: float | None = None) -> dict[str, Any]:
-    """A belief as JSON: throughput tables at its levels, knee, observed sizes, its factor."""
+    """A belief as JSON: throughput tables at its levels, knee, observed and settled sizes, factor."""
     return {
         "levels": list(belief.levels),
         "median": [_rate(belief.median.step_time(n)) for n in belief.levels],
         "conservative": [_rate(belief.conservative.step_time(n)) for n in belief.levels],
         "knee": belief.knee,
         "observed": list(belief.observed),
+        "settled": None if belief.settled is None else list(belief.settled),
         "factor": factor,
     }
 
@@ -49,13 +50,15 @@ def belief_from_dict(data: Mapping[str, Any]) -> Belief:
             for k in ("median", "conservative")
         ]
         knee, observed = int(data["knee"]), tuple(int(n) for n in data.get("observed", ()))
+        raw = data.get("settled")
+        settled = None if raw is None else tuple(int(n) for n in raw)
     except KeyError as exc:
         raise SpecError(f"belief.{exc.args[0]}", "is required") from None
     except (TypeError, ValueError) as exc:
         raise SpecError("belief", f"malformed: {exc}") from None
     if not levels or knee not in levels:
         raise SpecError("belief.knee", f"must be one of the levels {list(levels)} (got {knee})")
-    return Belief(tables[0], tables[1], levels, knee, observed)
+    return Belief(tables[0], tables[1], levels, knee, observed, settled)
 
 
 def belief_factor(data: Mapping[str, Any]) -> float | None:
@@ -77,7 +80,14 @@ def rescaled(belief: Belief, old: float | None, new: float) -> Belief:
         for n in belief.levels
         if math.isfinite(belief.conservative.step_time(n))
     }
-    return Belief(belief.median, TableCurve(table), belief.levels, belief.knee, belief.observed)
+    return Belief(
+        belief.median,
+        TableCurve(table),
+        belief.levels,
+        belief.knee,
+        belief.observed,
+        belief.settled,
+    )
 
 
 def state_to_dict(state: JobState) -> dict[str, Any]:
@@ -91,6 +101,7 @@ def state_to_dict(state: JobState) -> dict[str, Any]:
         "rescaled_at": state.rescaled_at,
         "target": state.target,
         "pressed": state.pressed,
+        "profiling": state.profiling,
     }
 
 
@@ -110,4 +121,5 @@ def state_from_dict(data: Mapping[str, Any]) -> JobState:
         rescaled_at=number("rescaled_at"),
         target=None if data.get("target") is None else int(data["target"]),
         pressed=bool(data.get("pressed", False)),
+        profiling=bool(data.get("profiling", False)),
     )

@@ -81,7 +81,7 @@ def belief_of(view: JobView, levels: tuple[int, ...], calibration: Calibration |
         return base
     factor = max(calibration.factor, 1.0)
     slower = TableCurve({n: x / factor for n, x in speeds.items()})
-    return Belief(curve, slower, base.levels, base.knee, base.observed)
+    return Belief(curve, slower, base.levels, base.knee, base.observed, base.settled)
 
 
 def job_snapshot(

@@ -30,7 +30,15 @@ import numpy as np
 
 from qosflow.core.errors import ClusterError
 from qosflow.sim.placement import buddy_place
-from qosflow.sim.policy import Completion, JobView, OverheadModel, Placed, Policy, SlotSnapshot
+from qosflow.sim.policy import (
+    Completion,
+    JobView,
+    OverheadModel,
+    Placed,
+    Policy,
+    SlotDecision,
+    SlotSnapshot,
+)
 from qosflow.sim.trace import ThroughputTable, TraceJob
 from qosflow.sim.truth import Belief, LearnedBelief, Noise, OracleBelief, Truth
 
@@ -354,12 +362,7 @@ class _Run:
             if lv is not None:
                 self.invalidate(lv)
                 self.finish(job_id, lv, None, rejected=True)
-        for job_id in decision.admitted:
-            if job_id in self.live:
-                self.live[job_id].admitted = True
-        for job_id, planned in decision.planned_finish.items():
-            if job_id in self.live:
-                self.live[job_id].planned = planned
+        self.note(decision)
         self.apply(now, decision.allocation)
         if decision.wake_at is not None and decision.wake_at > now:
             first = self.next_event()
@@ -370,6 +373,18 @@ class _Run:
             if first is None or decision.wake_at < first:
                 self.push(decision.wake_at, WAKE)
         self.decisions += 1
+
+    def note(self, decision: SlotDecision) -> None:
+        """What a decision says of live jobs besides their sizes: promises, plans, profiles."""
+        for job_id in decision.admitted:
+            if job_id in self.live:
+                self.live[job_id].admitted = True
+        for job_id, planned in decision.planned_finish.items():
+            if job_id in self.live:
+                self.live[job_id].planned = planned
+        for job_id in decision.profiled:
+            if job_id in self.live:
+                self.belief.profiled(self.live[job_id].job, self.live[job_id].samples)
 
     def check(self, allocation: Mapping[str, int]) -> None:
         total = 0

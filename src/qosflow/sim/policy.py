@@ -121,6 +121,8 @@ class SlotDecision:
             event, as ElasticFlow adds its next scale point).
         planned_finish: The policy's planned completion per job (ElasticFlow's accounting).
         reasons: Optional reason per job, in words (kept in the run log).
+        profiled: Jobs whose profile ladder ended now (:mod:`qosflow.core.profile`): their
+            progress so far goes to their key's history at once, as the watch records it.
     """
 
     allocation: Mapping[str, int]
@@ -129,6 +131,7 @@ class SlotDecision:
     wake_at: int | None = None
     planned_finish: Mapping[str, float] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
+    profiled: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,9 @@ class Belief:
     def finished(self, job: TraceJob, samples: Sequence[tuple[float, float, int]]) -> None:
         """A job completed with these progress samples (the base forgets them)."""
 
+    def profiled(self, job: TraceJob, samples: Sequence[tuple[float, float, int]]) -> None:
+        """A running job's profile ladder ended with these samples (the base forgets them)."""
+
 
 class OracleBelief(Belief):
     """Policies see the true tables (ElasticFlow's assumption)."""
@@ -236,9 +239,22 @@ class LearnedBelief(Belief):
         self._runs: dict[tuple[str, int], list[core_speed.ProgressSample]] = {}
         self._history: dict[tuple[str, int], FittedSpeeds | None] = {}
         self._timings: dict[tuple[str, int], dict[int, core_fit.Measured]] = {}
+        self._recorded: dict[str, int] = {}  # samples of a running job in its key's history
 
     def finished(self, job: TraceJob, samples: Sequence[tuple[float, float, int]]) -> None:
-        """Record a completed job's samples in its key's history (the finish step's record)."""
+        """Record a completed job's samples in its key's history (the finish step's record).
+
+        Samples recorded already when its profile ladder ended are skipped, as the history
+        store skips samples it holds (``HistoryStore.record_samples``).
+        """
+        self._record(job, samples[self._recorded.pop(job.job_id, 0) :])
+
+    def profiled(self, job: TraceJob, samples: Sequence[tuple[float, float, int]]) -> None:
+        """Record a profiler's samples so far in its key's history (the watch's record)."""
+        self._record(job, samples[self._recorded.get(job.job_id, 0) :])
+        self._recorded[job.job_id] = len(samples)
+
+    def _record(self, job: TraceJob, samples: Sequence[tuple[float, float, int]]) -> None:
         if not samples:
             return
         key = (job.model, job.batch_size)

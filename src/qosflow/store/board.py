@@ -8,6 +8,10 @@ runs the allocator holds the board's lock from reading to writing
 (:meth:`JobBoard.session`), so two steps never decide on the same free units at once: SQLite's
 ``BEGIN IMMEDIATE`` on one host, a table lock on PostgreSQL across hosts.
 
+Beside the rows, the board keeps the namespace's recent arrivals (``qosflow_board_arrivals``):
+each deadline job as its first ask saw it, which the allocator's forecast reads
+(:mod:`qosflow.core.forecast`) long after the job's own row is gone.
+
 A job whose DAG run died stops sending heartbeats; after :data:`HEARTBEAT_TTL_S` it leaves the
 board and its capacity counts as free. A paused job (target 0) stays on the board: its deadline
 still counts.
@@ -16,7 +20,7 @@ still counts.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -50,6 +54,16 @@ board_table = Table(
     Column("overhead_s", Float, nullable=False, default=30.0),
     Column("heartbeat", Float, nullable=False),
     Column("finished_at", Float, nullable=True),
+)
+
+arrivals_table = Table(
+    "qosflow_board_arrivals",
+    METADATA,
+    Column("namespace", String(253), primary_key=True),
+    Column("unit", String(16), primary_key=True),
+    Column("job_id", String(253), primary_key=True),
+    Column("submitted_at", Float, nullable=False),
+    Column("arrival", Text, nullable=False),
 )
 
 
@@ -180,6 +194,37 @@ class BoardSession:
         )
         self._conn.execute(board_table.insert(), [_row(self.namespace, entry)])
 
+    def arrivals(self, unit: str) -> list[dict[str, Any]]:
+        """The recent arrivals of ``unit`` kind (``qosflow.core.forecast.arrival_to_dict``)."""
+        t = arrivals_table.c
+        rows = self._conn.execute(
+            select(arrivals_table.c.arrival)
+            .where(t.namespace == self.namespace, t.unit == unit)
+            .order_by(t.submitted_at, t.job_id)
+        ).all()
+        return [json.loads(r.arrival) for r in rows]
+
+    def keep_arrivals(self, unit: str, arrivals: Sequence[Mapping[str, Any]]) -> None:
+        """Keep exactly ``arrivals`` (each with ``name`` and ``submitted_at``) for ``unit``."""
+        t = arrivals_table.c
+        self._conn.execute(
+            delete(arrivals_table).where(t.namespace == self.namespace, t.unit == unit)
+        )
+        if arrivals:
+            self._conn.execute(
+                arrivals_table.insert(),
+                [
+                    {
+                        "namespace": self.namespace,
+                        "unit": unit,
+                        "job_id": str(a["name"]),
+                        "submitted_at": float(a["submitted_at"]),
+                        "arrival": json.dumps(dict(a), allow_nan=False, sort_keys=True),
+                    }
+                    for a in arrivals
+                ],
+            )
+
     def finish(self, job_id: str) -> None:
         """Mark a job ended: its units are free from now on (kept a while: see ``freed``)."""
         entry = self.get(job_id)
@@ -200,6 +245,7 @@ class JobBoard:
         self.store, self.namespace = store, namespace
         with store.transaction() as conn:
             board_table.create(conn, checkfirst=True)
+            arrivals_table.create(conn, checkfirst=True)
 
     @contextmanager
     def session(self, now: float) -> Iterator[BoardSession]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from qosflow.core.allocation import ratchet
 from qosflow.core.allocator import ClusterInput, JobInput, JobState, allocate
+from qosflow.core.forecast import Arrival, kept
 from qosflow.core.predict import Belief, Calibration, calibrate, restart_charge
 from qosflow.core.spec import JobSpec
 from qosflow.core.speed import FloatArray
@@ -75,6 +76,7 @@ class QosflowPolicy:
     max_utilisation: float = 1.0
     recalibrate: bool = True
     _states: dict[str, JobState] = field(default_factory=dict)
+    _arrivals: tuple[Arrival, ...] = ()
     _ran: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
     _pairs: FloatArray = field(default_factory=lambda: np.empty((CALIBRATION_WINDOW, 2)))
     _logged: int = 0
@@ -148,7 +150,15 @@ class QosflowPolicy:
                 freed=bool(snap.completed) or not self._states.keys() <= present,
                 plan_factor=current.factor if current is not None else None,
                 max_utilisation=self.max_utilisation,
+                arrivals=self._arrivals,
             )
+        )
+        if out.arrived:  # the forecast's memory (pruned only when it grows: nothing else reads it)
+            self._arrivals = kept((*self._arrivals, *out.arrived), float(snap.now))
+        profiled = tuple(  # its ladder ended now: its key's history gets its samples so far
+            name
+            for name, a in out.jobs.items()
+            if not a.state.profiling and self._states.get(name, _NEW).profiling
         )
         self._states = {name: a.state for name, a in out.jobs.items()}
         self._specs = {k: v for k, v in self._specs.items() if k in self._states}
@@ -171,6 +181,7 @@ class QosflowPolicy:
             wake_at=out.wake_at,
             admitted=out.admitted,
             reasons={name: v.reason for name, v in out.verdicts.items()},
+            profiled=profiled,
         )
 
     @property
