@@ -25,8 +25,9 @@ keeps, so the simulator and the watch run the same rule.
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from qosflow.core.errors import SpecError
@@ -65,18 +66,40 @@ def rivals(arrivals: Sequence[Arrival], *, deadline: float, now: float) -> list[
     w = deadline - now
     if w <= 0 or not arrivals:
         return []
-    start = bisect.bisect_left(arrivals, now - w, key=lambda a: a.submitted_at)
-    return [
-        replace(
-            a.candidate,
-            name=a.candidate.name + SUFFIX,
-            deadline=a.candidate.deadline + w,
-            guaranteed=True,
-            running_units=0,
-        )
-        for a in arrivals[start:]
-        if a.submitted_at <= now and a.candidate.deadline + w <= deadline
-    ]
+    start = bisect.bisect_left(arrivals, now - w, key=_submitted)
+    out = []
+    for a in arrivals[start:]:
+        c = a.candidate
+        if a.submitted_at <= now and c.deadline + w <= deadline:
+            out.append(
+                Candidate(
+                    c.name + SUFFIX,
+                    c.deadline + w,
+                    c.remaining_steps,
+                    c.margin,
+                    c.levels,
+                    c.step_time,
+                    guaranteed=True,
+                )
+            )
+    return out
+
+
+def _submitted(a: Arrival) -> float:
+    return a.submitted_at
+
+
+def _order(a: Arrival) -> tuple[float, str]:
+    return a.submitted_at, a.candidate.name
+
+
+def _in_order(arrivals: Sequence[Arrival]) -> bool:
+    """Whether ``arrivals`` are by submission time, then name (:func:`kept`'s order)."""
+    return all(
+        a.submitted_at < b.submitted_at
+        or (a.submitted_at == b.submitted_at and a.candidate.name <= b.candidate.name)
+        for a, b in itertools.pairwise(arrivals)
+    )
 
 
 def kept(arrivals: Iterable[Arrival], now: float) -> tuple[Arrival, ...]:
@@ -87,11 +110,13 @@ def kept(arrivals: Iterable[Arrival], now: float) -> tuple[Arrival, ...]:
     goes. (A later job with a longer window than any kept looks back only as far as what is
     kept.)
     """
-    ordered = sorted(arrivals, key=lambda a: (a.submitted_at, a.candidate.name))
+    ordered = list(arrivals)
     if not ordered:
         return ()
-    longest = max(a.window for a in ordered)
-    start = bisect.bisect_left(ordered, now - longest, key=lambda a: a.submitted_at)
+    if not _in_order(ordered):  # the shells pass them in order, plus the new ones
+        ordered.sort(key=_order)
+    longest = max(a.candidate.deadline - a.submitted_at for a in ordered)
+    start = bisect.bisect_left(ordered, now - longest, key=_submitted)
     return tuple(ordered[start:])
 
 
