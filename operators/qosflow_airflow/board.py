@@ -212,8 +212,10 @@ def allocate_on_board(
             arrivals=arrivals,
         )
         out = allocate(cluster)
-        if out.arrived:  # the forecast's memory, pruned when it grows (as in the simulator)
-            fresh = kept((*arrivals, *out.arrived), now)
+        known = {a.candidate.name for a in arrivals}  # a job whose row expired and came back
+        new = [a for a in out.arrived if a.candidate.name not in known]  # arrived once only
+        if new:  # the forecast's memory, pruned when it grows (as in the simulator)
+            fresh = kept((*arrivals, *new), now)
             session.keep_arrivals(mine.unit, [arrival_to_dict(a) for a in fresh])
         answer = out.jobs.get(mine.job_id)
         if answer is not None:

@@ -23,7 +23,7 @@ from qosflow.core.predict import Belief, oracle_belief
 from qosflow.core.spec import IfNotGuaranteed, JobSpec, load_job
 from qosflow.core.speed import TableCurve
 from qosflow.core.steer import steer
-from qosflow.store.board import BoardEntry, JobBoard
+from qosflow.store.board import HEARTBEAT_TTL_S, BoardEntry, JobBoard
 from qosflow.store.history import HistoryStore
 from qosflow_airflow import board as provider
 from qosflow_airflow.board import (
@@ -434,3 +434,16 @@ def test_the_step_whose_profile_ladder_ends_is_told_so(board: JobBoard) -> None:
     assert second.profiled
     third = c.poll("climber", T0 + 660)
     assert not third.profiled  # told once
+
+
+def test_the_board_keeps_each_jobs_first_ask_for_the_forecast(board: JobBoard) -> None:
+    """Kept past the job's row: a job whose row expired and came back is one arrival, not two."""
+    c = Cluster(board)
+    c.add(spec("nightly", 1_000, 100_000))
+    c.poll("nightly", T0)
+    with board.session(T0 + 1) as session:
+        (first,) = session.arrivals("cpu")
+    assert first["name"] == "nightly" and first["remaining_steps"] == 1_000
+    c.poll("nightly", T0 + HEARTBEAT_TTL_S + 60)  # its row expired: asked as a new job
+    with board.session(T0 + HEARTBEAT_TTL_S + 61) as session:
+        assert session.arrivals("cpu") == [first]

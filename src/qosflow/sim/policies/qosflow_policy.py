@@ -153,7 +153,7 @@ class QosflowPolicy:
                 arrivals=self._arrivals,
             )
         )
-        if out.arrived:  # the forecast's memory (pruned only when it grows: nothing else reads it)
+        if out.arrived:  # the forecast's memory, pruned when it grows (as on the job board)
             self._arrivals = kept((*self._arrivals, *out.arrived), float(snap.now))
         profiled = tuple(  # its ladder ended now: its key's history gets its samples so far
             name
