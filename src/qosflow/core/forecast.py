@@ -17,9 +17,9 @@ is no later than the asking job's ``now + w`` only when ``deadline <= now``).
 
 A forecast rival reserves units only in admission's test of a new promise. It is not a job: no
 rule gives it units, and an ask it would make fail is refused as if a real rival were there.
-The shells (the simulator's engine, the Airflow job board) keep the arrivals the allocator
-reports (:attr:`qosflow.core.allocator.Allocation.arrived`) and hand back what :func:`kept`
-keeps, so the simulator and the watch run the same rule.
+The shells (the simulator's ``qosflow`` policy, the Airflow job board) keep the arrivals the
+allocator reports (:attr:`qosflow.core.allocator.Allocation.arrived`) and hand back what
+:func:`kept` keeps, so the simulator and the watch run the same rule.
 """
 
 from __future__ import annotations
