@@ -49,11 +49,6 @@ class Arrival:
     submitted_at: float
     candidate: Candidate
 
-    @property
-    def window(self) -> float:
-        """Seconds from its submission to its deadline."""
-        return self.candidate.deadline - self.submitted_at
-
 
 def rivals(arrivals: Sequence[Arrival], *, deadline: float, now: float) -> list[Candidate]:
     """The forecast's guaranteed rivals of a job due at ``deadline``, asked at ``now``.
