@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TypedDict
 
 from qosflow.core.allocator import RANK, Allocation, ClusterInput, JobAllocation, JobInput, allocate
-from qosflow.core.forecast import arrival_from_dict, arrival_to_dict, kept
+from qosflow.core.forecast import Memory, arrival_from_dict, arrival_to_dict, remember
 from qosflow.core.summary import (
     belief_factor,
     belief_from_dict,
@@ -201,7 +201,7 @@ def allocate_on_board(
         capacity = free_units + held
         if total_units is not None:
             capacity = min(capacity, total_units)
-        arrivals = tuple(arrival_from_dict(a) for a in session.arrivals(mine.unit))
+        memory = Memory.of(arrival_from_dict(a) for a in session.arrivals(mine.unit))
         cluster = ClusterInput(
             now=now,
             capacity=max(capacity, 1),
@@ -209,13 +209,11 @@ def allocate_on_board(
             jobs=tuple(job_input(e, now) for e in entries),
             freed=_freed(session, mine, previous),
             plan_factor=plan_factor,
-            arrivals=arrivals,
+            arrivals=memory.arrivals,
         )
         out = allocate(cluster)
-        known = {a.candidate.name for a in arrivals}  # a job whose row expired and came back
-        new = [a for a in out.arrived if a.candidate.name not in known]  # arrived once only
-        if new:  # the forecast's memory, pruned when it grows (as in the simulator)
-            fresh = kept((*arrivals, *new), now)
+        fresh = remember(memory, out.arrived, now).arrivals  # as in the simulator
+        if fresh != memory.arrivals:  # a job whose row expired and came back is not new
             session.keep_arrivals(mine.unit, [arrival_to_dict(a) for a in fresh])
         answer = out.jobs.get(mine.job_id)
         if answer is not None:

@@ -13,9 +13,10 @@ from qosflow.core.errors import SpecError
 from qosflow.core.forecast import (
     SUFFIX,
     Arrival,
+    Memory,
     arrival_from_dict,
     arrival_to_dict,
-    kept,
+    remember,
     rivals,
 )
 from qosflow.core.predict import Belief
@@ -63,13 +64,49 @@ def test_only_arrivals_inside_the_window_whose_repeat_is_due_in_time_count() -> 
     assert rivals([older, inside, still_due], deadline=T0, now=T0) == []  # no time left
 
 
-def test_kept_drops_what_no_window_can_reach_and_orders_by_submission() -> None:
+def kept(arrivals: list[Arrival], now: float, *earlier: Arrival) -> tuple[Arrival, ...]:
+    """What :func:`remember` keeps of ``arrivals`` reported at ``now`` after ``earlier``."""
+    return remember(Memory.of(earlier), arrivals, now).arrivals
+
+
+def test_remember_drops_what_no_window_can_reach_and_orders_by_submission() -> None:
     short = arrival("short", submitted=-5_000, deadline=-4_000)  # a 1,000 s window
     long = arrival("long", submitted=-3_000, deadline=1_000)  # the longest: 4,000 s
     ancient = arrival("ancient", submitted=-9_000, deadline=-8_500)
     assert kept([long, short, ancient], T0) == (long,)  # 4,000 s back from now
     assert kept([long, short], T0 - 1_000) == (short, long)  # both within 4,000 s then
+    assert kept([long], T0 - 1_000, short) == (short, long)
+    assert kept([short], T0 - 1_000, long) == (short, long)  # merged in order
     assert kept([], T0) == ()
+
+
+def test_the_longest_window_left_decides_what_goes_next() -> None:
+    """Once the longest window's job has gone, the next longest decides, call after call."""
+    long = arrival("long", submitted=-10_000, deadline=0)  # 10,000 s
+    mid = arrival("mid", submitted=-8_000, deadline=1_000)  # 9,000 s
+    short = arrival("short", submitted=-7_000, deadline=-6_000)  # 1,000 s
+    memory = remember(Memory(), [long, mid, short], T0 - 7_000)
+    assert memory.arrivals == (long, mid, short)
+    memory = remember(memory, [], T0 + 1)  # 10,000 s back: long's own start is past
+    assert memory.arrivals == (mid, short)
+    memory = remember(memory, [], T0 + 1)  # now mid's 9,000 s count: both still there
+    assert memory.arrivals == (mid, short)
+    late = arrival("late", submitted=-2_000, deadline=-1_500)  # 500 s
+    memory = remember(memory, [late], T0 + 1_001)  # 9,000 s back: mid goes
+    assert memory == Memory.of([short, late])
+    assert remember(memory, [], T0 + 1_001).arrivals == ()  # short's 1,000 s: both are past
+
+
+def test_a_job_reported_again_is_remembered_once() -> None:
+    """A shell that forgot a job and saw it come back reports it again: it is still one."""
+    first = arrival("nightly", submitted=-500, deadline=500)
+    other = arrival("other", submitted=-50, deadline=950)
+    assert kept([first, other], T0, first) == (first, other)
+    assert kept([first], T0, first, other) == (first, other)
+    assert kept([other, other], T0) == (other,)
+    # the same name submitted again is the next run of that job: a new arrival
+    tomorrow = arrival("nightly", submitted=-100, deadline=900)
+    assert kept([tomorrow], T0, first) == (first, tomorrow)
 
 
 def test_an_arrival_survives_json_with_an_unplannable_size() -> None:

@@ -131,7 +131,7 @@ class ClusterInput:
             (``None``: each job's own ``belief_factor``, else none).
         max_utilisation: Share of the capacity admission's energy test counts on.
         arrivals: The deadline jobs the allocator saw arrive lately, as their first asks saw
-            them (:func:`qosflow.core.forecast.kept` of what earlier allocations reported).
+            them (:func:`qosflow.core.forecast.remember` of what earlier allocations reported).
     """
 
     now: float

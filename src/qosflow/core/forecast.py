@@ -19,15 +19,16 @@ A forecast rival reserves units only in admission's test of a new promise. It is
 rule gives it units, and an ask it would make fail is refused as if a real rival were there.
 The shells (the simulator's ``qosflow`` policy, the Airflow job board) keep the arrivals the
 allocator reports (:attr:`qosflow.core.allocator.Allocation.arrived`) and hand back what
-:func:`kept` keeps, so the simulator and the watch run the same rule.
+:func:`remember` keeps (a :class:`Memory`), so the simulator and the watch run the same
+rule.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
+import operator
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from qosflow.core.errors import SpecError
@@ -44,28 +45,42 @@ class Arrival:
     Attributes:
         submitted_at: When it was submitted (epoch seconds).
         candidate: Admission's view of it at its first ask: all its work, not running.
+        window: Its deadline minus its submission: how far back an ask must look to read it
+            (derived: :func:`remember` prunes by the longest).
     """
 
     submitted_at: float
     candidate: Candidate
+    window: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "window", self.candidate.deadline - self.submitted_at)
+
+
+_SUBMITTED = operator.attrgetter("submitted_at")
+_ORDER = operator.attrgetter("submitted_at", "candidate.name")
+_WINDOW = operator.attrgetter("window")
 
 
 def rivals(arrivals: Sequence[Arrival], *, deadline: float, now: float) -> list[Candidate]:
     """The forecast's guaranteed rivals of a job due at ``deadline``, asked at ``now``.
 
+    Every arrival submitted in the last ``w = deadline - now`` seconds whose own deadline has
+    passed, again ``w`` later (so its repeat is due no later than ``deadline``).
+
     Args:
-        arrivals: The arrivals kept so far, by submission time (:func:`kept`).
+        arrivals: The arrivals kept so far, by submission time (:attr:`Memory.arrivals`).
         deadline: The asking job's deadline.
         now: The time of the ask.
     """
     w = deadline - now
     if w <= 0 or not arrivals:
         return []
-    start = bisect.bisect_left(arrivals, now - w, key=_submitted)
+    start = bisect.bisect_left(arrivals, now - w, key=_SUBMITTED)
     out = []
     for a in arrivals[start:]:
         c = a.candidate
-        if a.submitted_at <= now and c.deadline + w <= deadline:
+        if c.deadline <= now:
             out.append(
                 Candidate(
                     c.name + SUFFIX,
@@ -80,39 +95,73 @@ def rivals(arrivals: Sequence[Arrival], *, deadline: float, now: float) -> list[
     return out
 
 
-def _submitted(a: Arrival) -> float:
-    return a.submitted_at
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """The arrivals a later forecast may still read (:func:`remember` keeps it).
 
-
-def _order(a: Arrival) -> tuple[float, str]:
-    return a.submitted_at, a.candidate.name
-
-
-def _in_order(arrivals: Sequence[Arrival]) -> bool:
-    """Whether ``arrivals`` are by submission time, then name (:func:`kept`'s order)."""
-    return all(
-        a.submitted_at < b.submitted_at
-        or (a.submitted_at == b.submitted_at and a.candidate.name <= b.candidate.name)
-        for a, b in itertools.pairwise(arrivals)
-    )
-
-
-def kept(arrivals: Iterable[Arrival], now: float) -> tuple[Arrival, ...]:
-    """The arrivals a later forecast may still read, by submission time.
-
-    An ask looks back at most its own window, and no job asks past its deadline: so an arrival
-    older than the longest window among those kept can no longer be read by any of them, and
-    goes. (A later job with a longer window than any kept looks back only as far as what is
-    kept.)
+    Attributes:
+        arrivals: By submission time, then name: what :attr:`qosflow.core.allocator.
+            ClusterInput.arrivals` carries.
+        outlasting: The arrivals whose window is longer than that of every one submitted after
+            them, in submission order (the first has the longest window of all): pruning reads
+            these few instead of every window.
     """
-    ordered = list(arrivals)
+
+    arrivals: tuple[Arrival, ...] = ()
+    outlasting: tuple[Arrival, ...] = ()
+
+    @classmethod
+    def of(cls, arrivals: Iterable[Arrival]) -> Memory:
+        """The memory of ``arrivals`` in any order (as a shell stored them), unpruned."""
+        ordered = tuple(sorted(arrivals, key=_ORDER))
+        return cls(ordered, tuple(_outlasting([], ordered)))
+
+
+def _outlasting(chain: list[Arrival], later: Iterable[Arrival]) -> list[Arrival]:
+    """``chain`` (a :attr:`Memory.outlasting`) extended by ``later`` ones, in submission order."""
+    for a in later:
+        while chain and chain[-1].window <= a.window:
+            chain.pop()
+        chain.append(a)
+    return chain
+
+
+def remember(memory: Memory, arrived: Iterable[Arrival], now: float) -> Memory:
+    """What a later forecast may still read: the memory, plus the new arrivals, pruned.
+
+    A job already kept (the same name, submitted at the same time) is not kept twice: a shell
+    may report a job again that it forgot and saw come back. An ask looks back at most its own
+    window, and no job asks past its deadline: so an arrival older than the longest window
+    among them can no longer be read by any of them, and goes. (A later job with a longer window
+    than any kept looks back only as far as what is kept.) The cost is the new arrivals', not
+    the memory's: the simulator calls it at every decision that saw a job arrive.
+
+    Args:
+        memory: What an earlier call returned (:meth:`Memory.of` of stored arrivals).
+        arrived: The deadline jobs first asked since (:attr:`~qosflow.core.allocator.
+            Allocation.arrived`), in any order.
+        now: The time of the decision that reported them.
+    """
+    kept = memory.arrivals
+    new: list[Arrival] = []
+    for a in sorted(arrived, key=_ORDER):
+        key = _ORDER(a)
+        i = bisect.bisect_left(kept, key, key=_ORDER)
+        known = i < len(kept) and _ORDER(kept[i]) == key
+        if not known and not (new and _ORDER(new[-1]) == key):
+            new.append(a)
+    if not kept or not new or _ORDER(kept[-1]) <= _ORDER(new[0]):
+        ordered = kept + tuple(new)
+        chain = _outlasting(list(memory.outlasting), new)
+    else:  # a new one submitted before one kept: merge (both runs are in order)
+        ordered = tuple(sorted([*kept, *new], key=_ORDER))
+        chain = _outlasting([], ordered)
     if not ordered:
-        return ()
-    if not _in_order(ordered):  # the shells pass them in order, plus the new ones
-        ordered.sort(key=_order)
-    longest = max(a.candidate.deadline - a.submitted_at for a in ordered)
-    start = bisect.bisect_left(ordered, now - longest, key=_submitted)
-    return tuple(ordered[start:])
+        return Memory()
+    cut = now - chain[0].window
+    start = bisect.bisect_left(ordered, cut, key=_SUBMITTED)
+    first = bisect.bisect_left(chain, cut, key=_SUBMITTED)
+    return Memory(ordered[start:], tuple(chain[first:]))
 
 
 def arrival_to_dict(arrival: Arrival) -> dict[str, Any]:

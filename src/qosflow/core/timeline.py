@@ -14,6 +14,7 @@ import bisect
 import functools
 import itertools
 import math
+import operator
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -93,16 +94,15 @@ class Candidate:
 
     def __post_init__(self) -> None:
         lv, st = self.levels, self.step_time
-        if (  # the common case, checked without building the error table
+        if (  # the common case (in C: map, not loops), checked without building the error table
             lv
             and lv[0] >= 1
             and len(st) == len(lv)
-            and all(a < b for a, b in itertools.pairwise(lv))
-            and all(t > 0.0 for t in st)
-            and self.remaining_steps >= 0
+            and all(map(operator.lt, lv, lv[1:]))
+            and all(map((0.0).__lt__, st))  # nan is not > 0
+            and self.remaining_steps >= 0 <= self.running_units
             and 0.0 <= self.margin < math.inf
             and not math.isnan(self.deadline)
-            and self.running_units >= 0
         ):
             return
         for bad, name, rule in (

@@ -22,7 +22,7 @@ import numpy as np
 
 from qosflow.core.allocation import ratchet
 from qosflow.core.allocator import ClusterInput, JobInput, JobState, allocate
-from qosflow.core.forecast import Arrival, kept
+from qosflow.core.forecast import Memory, remember
 from qosflow.core.predict import Belief, Calibration, calibrate, restart_charge
 from qosflow.core.spec import JobSpec
 from qosflow.core.speed import FloatArray
@@ -76,7 +76,7 @@ class QosflowPolicy:
     max_utilisation: float = 1.0
     recalibrate: bool = True
     _states: dict[str, JobState] = field(default_factory=dict)
-    _arrivals: tuple[Arrival, ...] = ()
+    _memory: Memory = field(default_factory=Memory)
     _ran: dict[str, tuple[float, float, float, float]] = field(default_factory=dict)
     _pairs: FloatArray = field(default_factory=lambda: np.empty((CALIBRATION_WINDOW, 2)))
     _logged: int = 0
@@ -150,11 +150,11 @@ class QosflowPolicy:
                 freed=bool(snap.completed) or not self._states.keys() <= present,
                 plan_factor=current.factor if current is not None else None,
                 max_utilisation=self.max_utilisation,
-                arrivals=self._arrivals,
+                arrivals=self._memory.arrivals,
             )
         )
         if out.arrived:  # the forecast's memory, pruned when it grows (as on the job board)
-            self._arrivals = kept((*self._arrivals, *out.arrived), float(snap.now))
+            self._memory = remember(self._memory, out.arrived, float(snap.now))
         profiled = tuple(  # its ladder ended now: its key's history gets its samples so far
             name
             for name, a in out.jobs.items()
