@@ -53,6 +53,7 @@ def test_a_recent_job_whose_deadline_passed_comes_again_one_window_later() -> No
     assert again.deadline == T0 + 9_000
     assert again.guaranteed and again.running_units == 0
     assert again.remaining_steps == past.candidate.remaining_steps
+    assert again == replace(past.candidate, name=again.name, deadline=T0 + 9_000, guaranteed=True)
 
 
 def test_only_arrivals_inside_the_window_whose_repeat_is_due_in_time_count() -> None:

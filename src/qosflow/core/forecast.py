@@ -28,7 +28,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from qosflow.core.errors import SpecError
@@ -47,19 +47,46 @@ class Arrival:
         candidate: Admission's view of it at its first ask: all its work, not running.
         window: Its deadline minus its submission: how far back an ask must look to read it
             (derived: :func:`remember` prunes by the longest).
+        rival: The candidate as a forecast rival, at its own deadline (derived: :func:`rivals`
+            moves it later).
     """
 
     submitted_at: float
     candidate: Candidate
     window: float = field(init=False, repr=False, compare=False)
+    rival: Candidate = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "window", self.candidate.deadline - self.submitted_at)
+        c = self.candidate
+        object.__setattr__(self, "window", c.deadline - self.submitted_at)
+        rival = replace(c, name=c.name + SUFFIX, guaranteed=True, running_units=0)
+        object.__setattr__(self, "rival", rival)
+
+
+_NEW = object.__new__
+_SET = object.__setattr__
+
+
+def _later(c: Candidate, w: float) -> Candidate:
+    """``c`` due ``w`` later, built without checking again what ``c`` passed.
+
+    Admission's test reads a million of these on cluster04, and :class:`Candidate`'s own
+    checks would be half their cost (the tests compare this with ``dataclasses.replace``).
+    """
+    out = _NEW(Candidate)
+    _SET(out, "name", c.name)
+    _SET(out, "deadline", c.deadline + w)
+    _SET(out, "remaining_steps", c.remaining_steps)
+    _SET(out, "margin", c.margin)
+    _SET(out, "levels", c.levels)
+    _SET(out, "step_time", c.step_time)
+    _SET(out, "guaranteed", c.guaranteed)
+    _SET(out, "running_units", c.running_units)
+    return out
 
 
 _SUBMITTED = operator.attrgetter("submitted_at")
 _ORDER = operator.attrgetter("submitted_at", "candidate.name")
-_WINDOW = operator.attrgetter("window")
 
 
 def rivals(arrivals: Sequence[Arrival], *, deadline: float, now: float) -> list[Candidate]:
@@ -77,22 +104,7 @@ def rivals(arrivals: Sequence[Arrival], *, deadline: float, now: float) -> list[
     if w <= 0 or not arrivals:
         return []
     start = bisect.bisect_left(arrivals, now - w, key=_SUBMITTED)
-    out = []
-    for a in arrivals[start:]:
-        c = a.candidate
-        if c.deadline <= now:
-            out.append(
-                Candidate(
-                    c.name + SUFFIX,
-                    c.deadline + w,
-                    c.remaining_steps,
-                    c.margin,
-                    c.levels,
-                    c.step_time,
-                    guaranteed=True,
-                )
-            )
-    return out
+    return [_later(a.rival, w) for a in arrivals[start:] if a.rival.deadline <= now]
 
 
 @dataclass(frozen=True, slots=True)

@@ -207,7 +207,8 @@ class FillJob:
     @property
     def alone_s(self) -> float:
         """Seconds at the fastest level with the whole cluster."""
-        return self.steps / float(self.sp.rates[-1]) if self.top else math.inf
+        fastest = self.sp.rate_list[-1]  # a float: no array read (asked per job per test)
+        return self.steps / fastest if fastest else math.inf
 
     def quickest(self, window: float) -> int:
         """Smallest level done within ``window`` seconds, else the fastest."""
