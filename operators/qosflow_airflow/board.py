@@ -212,9 +212,9 @@ def allocate_on_board(
             arrivals=memory.arrivals,
         )
         out = allocate(cluster)
-        fresh = remember(memory, out.arrived, now).arrivals  # as in the simulator
-        if fresh != memory.arrivals:  # a job whose row expired and came back is not new
-            session.keep_arrivals(mine.unit, [arrival_to_dict(a) for a in fresh])
+        kept = remember(memory, out.arrived, now)  # as in the simulator
+        if kept is not memory:  # a new arrival (a job whose row expired and came back is not)
+            session.keep_arrivals(mine.unit, [arrival_to_dict(a) for a in kept.arrivals])
         answer = out.jobs.get(mine.job_id)
         if answer is not None:
             session.put(_answered(mine, answer))

@@ -82,20 +82,22 @@ def test_remember_drops_what_no_window_can_reach_and_orders_by_submission() -> N
 
 
 def test_the_longest_window_left_decides_what_goes_next() -> None:
-    """Once the longest window's job has gone, the next longest decides, call after call."""
+    """Once the longest window's job has gone, the next longest decides, arrival after arrival."""
     long = arrival("long", submitted=-10_000, deadline=0)  # 10,000 s
     mid = arrival("mid", submitted=-8_000, deadline=1_000)  # 9,000 s
     short = arrival("short", submitted=-7_000, deadline=-6_000)  # 1,000 s
     memory = remember(Memory(), [long, mid, short], T0 - 7_000)
     assert memory.arrivals == (long, mid, short)
-    memory = remember(memory, [], T0 + 1)  # 10,000 s back: long's own start is past
-    assert memory.arrivals == (mid, short)
-    memory = remember(memory, [], T0 + 1)  # now mid's 9,000 s count: both still there
-    assert memory.arrivals == (mid, short)
-    late = arrival("late", submitted=-2_000, deadline=-1_500)  # 500 s
-    memory = remember(memory, [late], T0 + 1_001)  # 9,000 s back: mid goes
-    assert memory == Memory.of([short, late])
-    assert remember(memory, [], T0 + 1_001).arrivals == ()  # short's 1,000 s: both are past
+    assert remember(memory, [], T0 + 5_000) is memory  # only an arrival prunes
+    tick = arrival("tick", submitted=0, deadline=100)
+    memory = remember(memory, [tick], T0 + 1)  # 10,000 s back: long's own start is past
+    assert memory.arrivals == (mid, short, tick)
+    late = arrival("late", submitted=500, deadline=600)
+    memory = remember(memory, [late], T0 + 1_001)  # now mid's 9,000 s count: mid goes
+    assert memory == Memory.of([short, tick, late])
+    last = arrival("last", submitted=1_300, deadline=1_350)
+    memory = remember(memory, [last], T0 + 1_301)  # short's 1,000 s: only late and last stay
+    assert memory.arrivals == (late, last)
 
 
 def test_a_job_reported_again_is_remembered_once() -> None:

@@ -145,8 +145,10 @@ def remember(memory: Memory, arrived: Iterable[Arrival], now: float) -> Memory:
     may report a job again that it forgot and saw come back. An ask looks back at most its own
     window, and no job asks past its deadline: so an arrival older than the longest window
     among them can no longer be read by any of them, and goes. (A later job with a longer window
-    than any kept looks back only as far as what is kept.) The cost is the new arrivals', not
-    the memory's: the simulator calls it at every decision that saw a job arrive.
+    than any kept looks back only as far as what is kept.) Only a new arrival prunes: with none,
+    the memory comes back as it was, so a shell that calls at every decision (the job board)
+    and one that calls when a job arrived keep the same. The cost is the new arrivals', not the
+    memory's.
 
     Args:
         memory: What an earlier call returned (:meth:`Memory.of` of stored arrivals).
@@ -162,14 +164,14 @@ def remember(memory: Memory, arrived: Iterable[Arrival], now: float) -> Memory:
         known = i < len(kept) and _ORDER(kept[i]) == key
         if not known and not (new and _ORDER(new[-1]) == key):
             new.append(a)
-    if not kept or not new or _ORDER(kept[-1]) <= _ORDER(new[0]):
+    if not new:  # pruning waits for an arrival: a shell may call at every decision or not
+        return memory
+    if not kept or _ORDER(kept[-1]) <= _ORDER(new[0]):
         ordered = kept + tuple(new)
         chain = _outlasting(list(memory.outlasting), new)
     else:  # a new one submitted before one kept: merge (both runs are in order)
         ordered = tuple(sorted([*kept, *new], key=_ORDER))
         chain = _outlasting([], ordered)
-    if not ordered:
-        return Memory()
     cut = now - chain[0].window
     start = bisect.bisect_left(ordered, cut, key=_SUBMITTED)
     first = bisect.bisect_left(chain, cut, key=_SUBMITTED)

@@ -153,8 +153,7 @@ class QosflowPolicy:
                 arrivals=self._memory.arrivals,
             )
         )
-        if out.arrived:  # the forecast's memory, pruned when it grows (as on the job board)
-            self._memory = remember(self._memory, out.arrived, float(snap.now))
+        self._memory = remember(self._memory, out.arrived, float(snap.now))  # as on the board
         profiled = tuple(  # its ladder ended now: its key's history gets its samples so far
             name
             for name, a in out.jobs.items()
