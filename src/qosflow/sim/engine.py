@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 
 from qosflow.core.errors import ClusterError
+from qosflow.sim.garbage import few_collections
 from qosflow.sim.placement import buddy_place
 from qosflow.sim.policy import (
     Completion,
@@ -490,4 +491,5 @@ def simulate(
     reset = getattr(config.overhead or policy.overhead, "reset", None)
     if callable(reset):
         reset()
-    return _Run(jobs, Truth(table, config.noise), policy, config).run()
+    with few_collections():  # millions of short-lived objects: see qosflow.sim.garbage
+        return _Run(jobs, Truth(table, config.noise), policy, config).run()
