@@ -30,6 +30,7 @@ import numpy as np
 
 from qosflow.core.decide import margin_for
 from qosflow.core.errors import SpecError
+from qosflow.core.plan import IntArray
 from qosflow.core.timeline import (
     COARSE_BLOCK,
     EPS,
@@ -38,7 +39,6 @@ from qosflow.core.timeline import (
     Candidate,
     FillJob,
     FillPlan,
-    IntArray,
     Placement,
     Timeline,
     backward_fill,

@@ -15,13 +15,14 @@ import functools
 import itertools
 import math
 import operator
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from qosflow.core.errors import SpecError
+from qosflow.core.plan import FillPlan, FloatArray, IntArray, Placement
+from qosflow.core.runs import Block, Runs
 
 __all__ = [
     "COARSE_BLOCK",
@@ -44,9 +45,6 @@ __all__ = [
     "speeds_of",
     "timeline",
 ]
-
-IntArray = npt.NDArray[np.int64]
-FloatArray = npt.NDArray[np.float64]
 
 FINE_SLOTS = 240
 """Slots of exactly ``slot_s`` at the start of the timeline."""
@@ -242,16 +240,6 @@ def timeline(now: float, horizon: float, slot_s: float, marks: Sequence[float]) 
     return np.unique(np.concatenate((grid, inside)))
 
 
-@dataclass(frozen=True, slots=True)
-class Placement:
-    """Where the fill put a job: slots ``[start, end)``, units per slot, its share (unit cap)."""
-
-    start: int
-    end: int
-    alloc: IntArray | int  # units per slot of [start, end), or one level throughout
-    share: int
-
-
 def _first_rate(rates: Sequence[float], target: float, span: float) -> int:
     """First index with ``rates[i] * span >= target`` (``rates`` ascending, ``span`` > 0).
 
@@ -289,8 +277,13 @@ class Timeline:
         """Take a placement's units out of the free units."""
         self.free[p.start : p.end] -= p.alloc
 
-    def place(self, job: FillJob) -> Placement | None:
-        """Minimal satisfactory share of ``job`` by backward fill; ``None`` when it cannot fit."""
+    def block(self, job: FillJob) -> Block | Placement | None:
+        """Where the backward fill puts ``job`` when the free units allow one level throughout.
+
+        ``(start, end, cap, i, first, target)``: the block ``[start, end)`` at ``cap =
+        units[i]``, which depends on the job and the edges only (not on what is free); a
+        :class:`Placement` when nothing is left to place; ``None`` when no block can fit.
+        """
         end = self.index(job.due)
         first = self.npin if job.pin_units else 0
         need = job.steps
@@ -300,16 +293,28 @@ class Timeline:
             return Placement(end, end, 0, job.pin_units)
         if end <= first:
             return None
-        target, rates = need * (1.0 - EPS), job.sp.rates
+        target, rates = need * (1.0 - EPS), job.sp.rate_list
         span = self.edge_list[end] - self.edge_list[first]
-        lo = _first_rate(job.sp.rate_list, target, span)
-        if lo >= rates.size:
+        lo = _first_rate(rates, target, span)
+        if lo >= len(rates):
             return None
-        start = max(self.index(self.edge_list[end] - target / float(rates[lo])), first)
-        cap = int(job.sp.units[lo])
+        start = max(self.index(self.edge_list[end] - target / rates[lo]), first)
+        return start, end, int(job.sp.units[lo]), lo, first, target
+
+    def place(self, job: FillJob) -> Placement | None:
+        """Minimal satisfactory share of ``job`` by backward fill; ``None`` when it cannot fit."""
+        b = self.block(job)
+        if b is None or isinstance(b, Placement):
+            return b
+        start, end, cap = b[:3]
         if int(self.free[start:end].min()) >= cap:  # the whole block at one level fits
             return Placement(start, end, cap, cap)
-        hint, hi = 4 * (end - start) + 16, rates.size - 1
+        return self.beyond(job, b)
+
+    def beyond(self, job: FillJob, b: Block) -> Placement | None:
+        """:meth:`place` where the block at one level does not fit: levels vary per slot."""
+        start, end, _, lo, first, target = b
+        hint, hi = 4 * (end - start) + 16, job.sp.rates.size - 1
         best = self._fill(job, lo, first, end, target, hint)
         if best is None and hi > lo:
             best = self._fill(job, hi, first, end, target, end)  # whole window at once
@@ -343,97 +348,6 @@ class Timeline:
             lo = max(first, end - hint)
 
 
-@dataclass(frozen=True, slots=True)
-class FillPlan:
-    """A backward-fill plan, the evidence behind a guarantee.
-
-    Attributes:
-        edges: Slot edges (epoch seconds), one more than slots.
-        free: Units left free in each slot after every placement.
-        pins: Per job in the fill, the units it keeps in the pinned slots (0: none).
-        placements: Per placed job, where the fill put it.
-        failed: Jobs (in deadline order) the fill could not place.
-        pinned_slots: Leading slots in which running guaranteed jobs keep their units.
-    """
-
-    edges: FloatArray
-    free: IntArray
-    pins: Mapping[str, int]
-    placements: Mapping[str, Placement]
-    failed: tuple[str, ...]
-    pinned_slots: int
-
-    @property
-    def ok(self) -> bool:
-        """Whether every job was placed."""
-        return not self.failed
-
-    @property
-    def shares(self) -> dict[str, int]:
-        """Per placed job, its minimal satisfactory share (unit cap)."""
-        return {name: p.share for name, p in self.placements.items()}
-
-    @property
-    def units(self) -> dict[str, IntArray]:
-        """Per job, the units it gets in each slot (running units in the pinned slots).
-
-        Built on each access: most plans are only asked which jobs failed.
-        """
-        n = self.free.size
-        rows: dict[str, IntArray] = {}
-        for name, pin in self.pins.items():
-            row = rows[name] = np.zeros(n, dtype=np.int64)
-            for lo, end, value in self._pieces(name, pin):
-                hi = min(end, n)
-                if lo < hi:
-                    row[lo:hi] = value[: hi - lo] if isinstance(value, np.ndarray) else value
-        return rows
-
-    def changes(self) -> dict[str, tuple[int, int | None]]:
-        """Per job, :attr:`units` in the first slot and the first slot where they change.
-
-        ``None``: they never change. Read off the same pieces as :attr:`units` without building
-        the rows (the allocator asks this of the guarantees' plan at every decision); a plan of
-        no slot has no entry.
-        """
-        n = self.free.size
-        return {k: _first_change(self._pieces(k, v), n) for k, v in self.pins.items()} if n else {}
-
-    def _pieces(self, name: str, pin: int) -> list[tuple[int, int, int | IntArray]]:
-        """A job's row as ``(start, end, units)`` pieces: its pins, then 0, under its placement."""
-        pinned, n = self.pinned_slots, self.free.size
-        p = self.placements.get(name)
-        if p is None:
-            return [(0, pinned, pin), (pinned, n, 0)]
-        a, b = min(pinned, p.start), max(pinned, p.end)
-        return [(0, a, pin), (a, p.start, 0), (p.start, p.end, p.alloc), (p.end, b, pin), (b, n, 0)]
-
-
-def _first_change(pieces: list[tuple[int, int, int | IntArray]], n: int) -> tuple[int, int | None]:
-    """A row given as consecutive ``(start, end, units)`` pieces: its first value, where it changes.
-
-    The pieces cover ``[0, n)`` in order (empty ones and any part past ``n`` are skipped);
-    ``units`` is one level throughout its piece or one value per slot.
-    """
-    now: int | None = None
-    for lo, hi, value in pieces:
-        hi = min(hi, n)
-        if lo >= hi:
-            continue
-        if isinstance(value, np.ndarray):
-            got = value[: hi - lo]
-            if now is None:
-                now = int(got[0])
-            diff = got != now
-            if diff.any():
-                return now, lo + int(diff.argmax())
-        elif now is None:
-            now = int(value)
-        elif value != now:
-            return now, lo
-    return (now if now is not None else 0), None
-
-
 def edf(jobs: Sequence[FillJob]) -> list[FillJob]:
     """Jobs in earliest-effective-deadline order, ties by insertion."""
     return sorted(jobs, key=lambda j: (j.due, j.order))
@@ -446,13 +360,38 @@ def place_in_order(
     stop: bool,
     snapshots: list[IntArray] | None = None,
 ) -> tuple[dict[str, Placement], list[str]]:
-    """Place ``order`` one by one; ``snapshots`` gets the free units before every 64th job."""
+    """Place ``order`` one by one; ``snapshots`` gets the free units before every 64th job.
+
+    The same as :meth:`Timeline.place` of each job in turn, done by runs: a job's one-level
+    block (:meth:`Timeline.block`) does not depend on what is free, so a run of blocks is
+    checked against the free units at once (:class:`~qosflow.core.runs.Runs`), and a job is
+    placed on its own only where its block does not fit next to those before it. Runs double
+    while they fit.
+    """
     placed: dict[str, Placement] = {}
     failed: list[str] = []
-    for i, job in enumerate(order):
-        if snapshots is not None and i % SNAPSHOT_EVERY == 0:
+    runs = Runs(tl.free, [tl.block(job) for job in order])
+    n, i, run = len(order), 0, 1
+    while i < n:
+        j = min(i + run, n)
+        f, usage = runs.first_misfit(i, j, stop=stop)
+        for k in range(i, f):
+            b = runs.blocks[k]
+            if b is None:
+                failed.append(order[k].name)
+            else:
+                placed[order[k].name] = b if isinstance(b, Placement) else Placement(*b[:3], b[2])
+        if snapshots is not None:
+            runs.snapshots(i, f, SNAPSHOT_EVERY, snapshots)
+        if usage is not None:
+            tl.free -= usage
+        if f == j:  # the whole run fit: try a longer one
+            i, run = j, run * 2
+            continue
+        if snapshots is not None and f % SNAPSHOT_EVERY == 0:
             snapshots.append(tl.free.copy())
-        got = tl.place(job)
+        job, b = order[f], runs.blocks[f]
+        got = b if not isinstance(b, tuple) else tl.beyond(job, b)
         if got is None:
             failed.append(job.name)
             if stop:
@@ -460,6 +399,7 @@ def place_in_order(
         else:
             tl.apply(got)
             placed[job.name] = got
+        i, run = f + 1, 1
     return placed, failed
 
 
