@@ -2,9 +2,9 @@
 
 A run makes millions of short-lived objects (snapshots, beliefs' views, candidates, placements),
 nearly all of them freed by reference counting the moment they are dropped. At the interpreter's
-default the collector still ran every 700 net allocations and took about a tenth of cluster04's
-run (docs/experiments.md, 2026-12-07 (eighth)); the objects it would find are few, so it runs
-less often while the engine runs, and as before once it returns.
+default the collector still ran every 700 net allocations and took 8 s of cluster04's two
+minutes (docs/experiments.md, 2026-12-07 (eighth)); the objects it would find are few, so it
+runs less often while the engine runs, and as before once it returns.
 """
 
 from __future__ import annotations
