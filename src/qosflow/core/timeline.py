@@ -309,9 +309,9 @@ class Timeline:
         start, end, cap = b[:3]
         if int(self.free[start:end].min()) >= cap:  # the whole block at one level fits
             return Placement(start, end, cap, cap)
-        return self.beyond(job, b)
+        return self._beyond(job, b)
 
-    def beyond(self, job: FillJob, b: Block) -> Placement | None:
+    def _beyond(self, job: FillJob, b: Block) -> Placement | None:
         """:meth:`place` where the block at one level does not fit: levels vary per slot."""
         start, end, _, lo, first, target = b
         hint, hi = 4 * (end - start) + 16, job.sp.rates.size - 1
@@ -390,8 +390,8 @@ def place_in_order(
             continue
         if snapshots is not None and f % SNAPSHOT_EVERY == 0:
             snapshots.append(tl.free.copy())
-        job, b = order[f], runs.blocks[f]
-        got = b if not isinstance(b, tuple) else tl.beyond(job, b)
+        job = order[f]
+        got = tl.place(job)  # on its own, on the free units the jobs before it left
         if got is None:
             failed.append(job.name)
             if stop:
