@@ -17,6 +17,7 @@ from qosflow.core.decide import (
     Decision,
     JobSnapshot,
     decide,
+    decided_units,
     margin_for,
     minimal_share,
 )
@@ -274,10 +275,14 @@ def test_decision_invariants(spec_of, t0, situation) -> None:
     sn = JobSnapshot(spec, now, s["done"], s["units"], s["queued"], last, s["overhead"])
     d = decide(sn, belief, free_units=free)
     event(d.action.value)
-    # the allocator's silent call decides exactly the same, only without the words
+    # a silent call decides exactly the same, only without the words; the allocator's size-only
+    # call (with or without the minimal share it computed) keeps the same size
     silent = decide(sn, belief, free_units=free, explain=False)
     assert silent.action is d.action and silent.units == d.units
     assert silent.conservative_finish == d.conservative_finish
+    share = minimal_share(belief, sn)
+    assert decided_units(sn, belief, free_units=free) == d.units
+    assert decided_units(sn, belief, free_units=free, share=share) == d.units
     margin = margin_for(spec, now)
     in_dwell = last is not None and now - last < spec.dwell_seconds
 

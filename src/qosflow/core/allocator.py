@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 
 from qosflow.core import admission, forecast, priority
 from qosflow.core.allocation import Prepared, Units, pressed, reason, reserve, spread
-from qosflow.core.decide import JobSnapshot, decide, margin_for, minimal_share
+from qosflow.core.decide import JobSnapshot, decided_units, margin_for, minimal_share
 from qosflow.core.predict import Belief, finish_on
 from qosflow.core.profile import profile
 from qosflow.core.spec import JobSpec
@@ -245,9 +245,7 @@ def prepare(job: JobInput, cluster: ClusterInput, state: JobState) -> Prepared:
     elif pending:  # told to resize, not acted on yet: the target stands
         keep = state.target or 0
     else:
-        keep = decide(  # only the size is read: no words
-            snap, belief, free_units=0, share=False if spec.best_effort else share, explain=False
-        ).units
+        keep = decided_units(snap, belief, free_units=0, share=False if spec.best_effort else share)
     promise = promise_of(job, cluster.plan_factor, state.floor)
     due_in = spec.deadline - margin_for(spec, snap.now) - snap.now
     urgent = (  # a promise at risk is not marked pressed (it may recover); rule 3 serves it first

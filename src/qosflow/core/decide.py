@@ -250,58 +250,38 @@ def _probe_words(belief: Belief, target: int, need: int | None) -> str:
     return f" (probe: one level beyond the largest observed size {top}; {wanted})"
 
 
-def _grow(
-    snap: JobSnapshot,
-    belief: Belief,
-    margin: float,
-    need: int | None,
-    free_units: int,
-    explain: bool,
-) -> Decision:
-    """Scale up towards ``need`` (``None``: probe upwards because no size is known to make it)."""
+_Choice = tuple[Action, int, str]
+"""An action, its size and the case of the rule that chose them (the words' key)."""
+
+
+def _conservative(belief: Belief, snap: JobSnapshot, n: int) -> float:
+    """:func:`_at`'s conservative finish at ``n``, without a :class:`Prediction` (steps are left)."""
+    start = snap.now + restart_charge(snap.rescale_overhead_s, snap.held, n)
+    return finish_on(belief.conservative, start, max(snap.spec.total_steps - snap.steps_done, 0), n)
+
+
+def _grow_to(snap: JobSnapshot, belief: Belief, need: int | None) -> tuple[int, int]:
+    """``(goal, target)`` of a scale-up: towards ``need`` (``None``: the probe limit), probe-limited."""
     goal = need if need is not None else belief.probe_limit
-    target = min(goal, max(belief.probe_limit, snap.units))
-    now_pred, pred = _at(belief, snap, snap.units), _at(belief, snap, target)
-    why = _versus(now_pred, snap, margin, "misses") if explain else ""
-    probe = _probe_words(belief, target, need) if explain else ""
-    reason = ""
+    return goal, min(goal, max(belief.probe_limit, snap.units))
+
+
+def _grow(snap: JobSnapshot, belief: Belief, need: int | None, free_units: int) -> _Choice:
+    """Scale up towards ``need`` (``None``: probe upwards because no size is known to make it)."""
+    target = _grow_to(snap, belief, need)[1]
     if snap.queued:
-        if explain:
-            reason = f"queued; {why}; raise priority to start at {target} units{probe}"
-        return _decision(Action.BUMP, pred, reason, snap, margin)
+        return Action.BUMP, target, "queued"
     if target <= snap.units:  # the current size is not measured yet: the probe rule waits
-        if explain:
-            reason = (
-                f"hold: {why}; {snap.units} units are not measured yet and the probe rule "
-                f"allows at most one level beyond the largest observed size ({goal} needed)"
-            )
-        return _decision(Action.ON_TRACK, now_pred, reason, snap, margin)
+        return Action.ON_TRACK, snap.units, "unmeasured"
     if _in_dwell(snap):
-        if explain:
-            ago = snap.now - (snap.last_rescale_at or snap.now)
-            reason = (
-                f"hold: {why}; the last rescale was {_dur(ago)} ago, within the "
-                f"{_dur(snap.spec.dwell_seconds)} dwell, so scale to {target} units in "
-                f"{_dur(snap.spec.dwell_seconds - ago)}{probe}"
-            )
-        return _decision(Action.ON_TRACK, now_pred, reason, snap, margin)
-    extra = target - snap.units
-    if extra <= free_units:
-        if explain:
-            reason = (
-                f"{why}; {extra} of {free_units} free units make it {target}{probe}: "
-                f"{_finish_words(pred, snap)}"
-            )
-        return _decision(Action.SCALE_UP, pred, reason, snap, margin)
-    if explain:
-        reason = (
-            f"{why}; {target} units needed but only {free_units} of the {extra} extra are "
-            f"free: raise priority{probe}"
-        )
-    return _decision(Action.BUMP, pred, reason, snap, margin)
+        return Action.ON_TRACK, snap.units, "dwell"
+    if target - snap.units <= free_units:
+        return Action.SCALE_UP, target, "free"
+    return Action.BUMP, target, "busy"
 
 
-def _shrink(snap: JobSnapshot, belief: Belief, margin: float, explain: bool) -> Decision | None:
+def _shrink(snap: JobSnapshot, belief: Belief, margin: float) -> int | None:
+    """The smaller size a scale-down gives the job, or ``None`` (module docstring)."""
     if _in_dwell(snap) or snap.queued:
         return None
     # never below the observed range on the strength of the prior alone: belief_from_fit makes
@@ -315,61 +295,133 @@ def _shrink(snap: JobSnapshot, belief: Belief, margin: float, explain: bool) -> 
         start = snap.now + restart_charge(snap.rescale_overhead_s, snap.held, n)
         if finish_on(belief.conservative, start, remaining, n) > goal:
             continue
-        pred = _at(belief, snap, n)
-        freed = (snap.units - n) * max(pred.median_finish - snap.now, 0.0)
-        cost = BENEFIT_FACTOR * snap.rescale_overhead_s * snap.units
-        if freed <= cost:
-            return None
-        reason = (
-            f"{_versus(pred, snap, margin, 'beats')} by twice the margin; "
-            f"giving back {snap.units - n} units frees {unit_time(freed, against=cost)} "
-            f"(> {unit_time(cost, against=freed)} rescale cost)"
-            if explain
-            else ""
+        freed = (snap.units - n) * max(
+            finish_on(belief.median, start, remaining, n) - snap.now, 0.0
         )
-        return _decision(Action.SCALE_DOWN, pred, reason, snap, margin)
+        return n if freed > BENEFIT_FACTOR * snap.rescale_overhead_s * snap.units else None
     return None
 
 
-def _at_risk(
-    snap: JobSnapshot, belief: Belief, margin: float, free_units: int, explain: bool
-) -> Decision:
-    """Even the fastest plannable size misses: run as fast as reachable now."""
+def _at_risk(snap: JobSnapshot, belief: Belief, free_units: int) -> int:
+    """Even the fastest plannable size misses: the size to run at now (as fast as reachable)."""
     cap = belief.fastest_plannable(snap.units)
     reach = cap if snap.queued else min(cap, snap.units + max(free_units, 0))
-    holding = _in_dwell(snap) and not snap.queued
+    if _in_dwell(snap) and not snap.queued:
+        return snap.units
     fits = [n for n in belief.levels if n <= reach]
-    target = snap.units if holding else (fits[-1] if fits else belief.levels[0])
-    pred = _at(belief, snap, target)
-    if not explain:
-        return _decision(Action.AT_RISK, pred, "", snap, margin)
-    best = _at(belief, snap, cap)
-    reason = (
-        f"at risk: even at {cap} units (knee {belief.knee}, probe limit {belief.probe_limit}) the "
-        f"{_versus(best, snap, margin, 'misses')}"
-    )
-    if holding:
-        reason += f"; holding {target} units within the {_dur(snap.spec.dwell_seconds)} dwell"
-    elif target != cap:
-        reason += f"; {target} units reachable now: {_finish_words(pred, snap)}"
-    return _decision(Action.AT_RISK, pred, reason, snap, margin)
+    return fits[-1] if fits else belief.levels[0]
 
 
-def _too_big(
-    snap: JobSnapshot, belief: Belief, margin: float, need: int, explain: bool
-) -> Decision:
-    """The current size (above the knee) misses, a smaller one would make it, but not by 2x margin."""
-    here = _at(belief, snap, snap.units)
-    target = snap.units if _in_dwell(snap) else need
-    pred = _at(belief, snap, target)
-    if not explain:
-        return _decision(Action.AT_RISK, pred, "", snap, margin)
-    reason = (
-        f"{_versus(here, snap, margin, 'misses')} (above the knee at "
-        f"{belief.knee}); {need} units would make it, but not by twice the margin; "
-        f"running at {target} units: {_finish_words(pred, snap)}"
+def _choose(
+    snap: JobSnapshot, belief: Belief, margin: float, share: int | bool | None, free_units: int
+) -> tuple[Action, int, str, int | None]:
+    """The rules of the module docstring: the action, the size, the case and the minimal share.
+
+    Builds no :class:`Prediction`: :func:`decide` builds one at the chosen size, and the cluster
+    allocator, which reads only the size (:func:`decided_units`), none.
+    """
+    spec = snap.spec
+    if snap.steps_done >= spec.total_steps:
+        return Action.DONE, snap.units, "done", None
+    if not math.isfinite(spec.deadline):
+        return Action.ON_TRACK, snap.units, "best_effort", None
+    if not belief.any_speed:
+        return Action.ON_TRACK, snap.units, "measuring", None
+    need = minimal_share(belief, snap) if share is False else share
+    if need is None and snap.units < belief.probe_limit < belief.knee:
+        return (*_grow(snap, belief, None, free_units), None)  # unexplored: may make it
+    if need is None:
+        return Action.AT_RISK, _at_risk(snap, belief, free_units), "at_risk", None
+    if need > snap.units:
+        return (*_grow(snap, belief, need, free_units), need)
+    if need < snap.units:
+        down = _shrink(snap, belief, margin)
+        if down is not None:
+            return Action.SCALE_DOWN, down, "shrink", need
+        if _conservative(belief, snap, snap.units) > spec.deadline - margin:
+            return Action.AT_RISK, snap.units if _in_dwell(snap) else need, "too_big", need
+    return Action.ON_TRACK, snap.units, "meets", need
+
+
+def _grow_words(
+    case: str, snap: JobSnapshot, belief: Belief, margin: float, need: int | None, free_units: int
+) -> str:
+    """Why a job grows, or holds where it would grow (the cases of :func:`_grow`)."""
+    goal, target = _grow_to(snap, belief, need)
+    why = _versus(_at(belief, snap, snap.units), snap, margin, "misses")
+    probe = _probe_words(belief, target, need)
+    if case == "queued":
+        return f"queued; {why}; raise priority to start at {target} units{probe}"
+    if case == "unmeasured":
+        return (
+            f"hold: {why}; {snap.units} units are not measured yet and the probe rule "
+            f"allows at most one level beyond the largest observed size ({goal} needed)"
+        )
+    if case == "dwell":
+        ago = snap.now - (snap.last_rescale_at or snap.now)
+        return (
+            f"hold: {why}; the last rescale was {_dur(ago)} ago, within the "
+            f"{_dur(snap.spec.dwell_seconds)} dwell, so scale to {target} units in "
+            f"{_dur(snap.spec.dwell_seconds - ago)}{probe}"
+        )
+    extra = target - snap.units
+    if case == "free":
+        pred = _at(belief, snap, target)
+        return (
+            f"{why}; {extra} of {free_units} free units make it {target}{probe}: "
+            f"{_finish_words(pred, snap)}"
+        )
+    return (
+        f"{why}; {target} units needed but only {free_units} of the {extra} extra are "
+        f"free: raise priority{probe}"
     )
-    return _decision(Action.AT_RISK, pred, reason, snap, margin)
+
+
+def _words(
+    case: str,
+    pred: Prediction,
+    snap: JobSnapshot,
+    belief: Belief,
+    margin: float,
+    need: int | None,
+    free_units: int,
+) -> str:
+    """The reason in words for the case :func:`_choose` took; ``pred`` is at the chosen size."""
+    if case in ("queued", "unmeasured", "dwell", "free", "busy"):
+        return _grow_words(case, snap, belief, margin, need, free_units)
+    if case == "best_effort":
+        return f"best-effort job without a deadline; {_finish_words(pred, snap)}"
+    if case == "shrink":
+        freed = (snap.units - pred.units) * max(pred.median_finish - snap.now, 0.0)
+        cost = BENEFIT_FACTOR * snap.rescale_overhead_s * snap.units
+        return (
+            f"{_versus(pred, snap, margin, 'beats')} by twice the margin; "
+            f"giving back {snap.units - pred.units} units frees "
+            f"{unit_time(freed, against=cost)} (> {unit_time(cost, against=freed)} rescale cost)"
+        )
+    if case == "at_risk":
+        cap = belief.fastest_plannable(snap.units)
+        best = _at(belief, snap, cap)
+        reason = (
+            f"at risk: even at {cap} units (knee {belief.knee}, probe limit {belief.probe_limit}) "
+            f"the {_versus(best, snap, margin, 'misses')}"
+        )
+        if _in_dwell(snap) and not snap.queued:
+            return (
+                reason
+                + f"; holding {pred.units} units within the {_dur(snap.spec.dwell_seconds)} dwell"
+            )
+        if pred.units != cap:
+            return reason + f"; {pred.units} units reachable now: {_finish_words(pred, snap)}"
+        return reason
+    if case == "too_big":
+        here = _at(belief, snap, snap.units)
+        return (
+            f"{_versus(here, snap, margin, 'misses')} (above the knee at "
+            f"{belief.knee}); {need} units would make it, but not by twice the margin; "
+            f"running at {pred.units} units: {_finish_words(pred, snap)}"
+        )
+    return _versus(pred, snap, margin, "meets")
 
 
 def _within_spec(belief: Belief, spec: JobSpec) -> Belief:
@@ -381,6 +433,18 @@ def _within_spec(belief: Belief, spec: JobSpec) -> Belief:
         return belief
     levels = tuple(n for n in belief.levels if n in allowed) or tuple(spec.resources.levels)
     return replace(belief, levels=levels, knee=knee(belief.median, levels))
+
+
+def decided_units(
+    snap: JobSnapshot, belief: Belief, *, free_units: int, share: int | bool | None = False
+) -> int:
+    """:func:`decide`'s size alone, without its predictions and words.
+
+    The cluster allocator reads only the size a running job's own rules keep it at, for every
+    job at every decision; the same rules choose it (:func:`_choose`).
+    """
+    belief = _within_spec(belief, snap.spec)
+    return _choose(snap, belief, margin_for(snap.spec, snap.now), share, free_units)[1]
 
 
 def decide(
@@ -398,9 +462,10 @@ def decide(
         belief: Its speed belief.
         free_units: Units available to this job beyond what it holds (the resource status).
         share: Its :func:`minimal_share` when the caller computed it already (``False``: not
-            computed; the cluster allocator passes the one it has).
-        explain: Put the reason into words. The cluster allocator, which only reads the size,
-            passes ``False`` (the reason is then empty; the words are most of the cost).
+            computed).
+        explain: Put the reason into words (``False``: the reason is empty, except for a job
+            that is done or still measuring; a caller that reads only the size calls
+            :func:`decided_units`).
 
     Returns:
         The :class:`Decision`; its ``units`` is always one of ``belief.levels`` unless the job keeps
@@ -409,34 +474,15 @@ def decide(
     spec = snap.spec
     belief = _within_spec(belief, spec)
     margin = margin_for(spec, snap.now)
-    if snap.steps_done >= spec.total_steps:
-        here = _at(belief, snap, snap.units)
-        return _decision(Action.DONE, here, f"all {spec.total_steps} steps are done", snap, margin)
-    if not math.isfinite(spec.deadline):
-        here = _at(belief, snap, snap.units)
-        reason = (
-            f"best-effort job without a deadline; {_finish_words(here, snap)}" if explain else ""
-        )
-        return _decision(Action.ON_TRACK, here, reason, snap, margin)
-    if not belief.any_speed:
+    action, units, case, need = _choose(snap, belief, margin, share, free_units)
+    pred = _at(belief, snap, units)
+    if case == "done":
+        reason = f"all {spec.total_steps} steps are done"
+    elif case == "measuring":
         reason = (
             f"measuring: no steady progress window yet at {snap.units} units, so no size can be "
             "promised; no rescale on a blind guess"
         )
-        return _decision(Action.ON_TRACK, _at(belief, snap, snap.units), reason, snap, margin)
-    need = minimal_share(belief, snap) if share is False else share
-    if need is None and snap.units < belief.probe_limit < belief.knee:
-        return _grow(snap, belief, margin, None, free_units, explain)  # unexplored: may make it
-    if need is None:
-        return _at_risk(snap, belief, margin, free_units, explain)
-    if need > snap.units:
-        return _grow(snap, belief, margin, need, free_units, explain)
-    if need < snap.units:
-        down = _shrink(snap, belief, margin, explain)
-        if down is not None:
-            return down
-    here = _at(belief, snap, snap.units)
-    if need < snap.units and here.conservative_finish > spec.deadline - margin:
-        return _too_big(snap, belief, margin, need, explain)
-    reason = _versus(here, snap, margin, "meets") if explain else ""
-    return _decision(Action.ON_TRACK, here, reason, snap, margin)
+    else:
+        reason = _words(case, pred, snap, belief, margin, need, free_units) if explain else ""
+    return _decision(action, pred, reason, snap, margin)
