@@ -19,6 +19,7 @@ from qosflow.core.admission import (
     backward_fill,
     candidate,
     least_energy,
+    misses_alone,
     timeline,
     too_slow,
 )
@@ -636,6 +637,7 @@ def test_a_job_too_slow_alone_is_told_so_whatever_else_runs(
     """
     new, admitted, capacity = case
     why = too_slow(new, capacity=capacity, now=NOW)
+    assert misses_alone(new, capacity=capacity, now=NOW) == (why is not None)  # the allocator's
     verdict = admit(new, admitted, capacity=capacity, now=NOW, slot_s=SLOT, explain=explain)
     if why is not None:
         assert verdict.kind == "best_effort"

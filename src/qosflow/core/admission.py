@@ -1,7 +1,8 @@
 """Admission control: can a new job be guaranteed without breaking the jobs already guaranteed?
 
-1. **Energy test** (necessary, fast): for every deadline ``d``, the least unit-seconds the jobs due
-   by ``d`` need (levels mixed over time, conservative speeds) must fit in ``capacity * (d - now)``.
+1. **Energy test** (necessary, fast; :mod:`qosflow.core.energy`): for every deadline ``d``, the
+   least unit-seconds the jobs due by ``d`` need (levels mixed over time, conservative speeds)
+   must fit in ``capacity * (d - now)``.
 2. **Backward fill** (constructive, ElasticFlow's minimum satisfactory share): in order of
    effective deadline (deadline minus margin) each job gets the smallest unit cap at which its
    remaining steps, filled backwards from its effective deadline into the free capacity (per slot
@@ -23,17 +24,14 @@ import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from qosflow.core.decide import margin_for
+from qosflow.core.energy import Energy
 from qosflow.core.errors import SpecError
 from qosflow.core.plan import IntArray
 from qosflow.core.timeline import (
     COARSE_BLOCK,
-    EPS,
     FINE_SLOTS,
     SNAPSHOT_EVERY,
     Candidate,
@@ -45,12 +43,11 @@ from qosflow.core.timeline import (
     check_inputs,
     edf,
     fill_job,
-    hull_energy,
     least_energy,
     place_in_order,
     timeline,
 )
-from qosflow.core.words import duration, unit_time
+from qosflow.core.words import duration, iso_moment
 
 if TYPE_CHECKING:
     from qosflow.core.predict import Belief
@@ -66,6 +63,7 @@ __all__ = [
     "backward_fill",
     "candidate",
     "least_energy",
+    "misses_alone",
     "timeline",
     "too_slow",
 ]
@@ -174,50 +172,7 @@ class Verdict:
         )
 
 
-# --------------------------------------------------------------------------- the energy test
-
-
-class _Energy:
-    """Prefix sums of the admitted jobs' least energy, ready to test a newcomer at any deadline."""
-
-    def __init__(self, order: Sequence[FillJob], now: float, supply: float) -> None:
-        self.now, self.supply = now, supply
-        self.dues = [j.due for j in order]
-        need = np.array([self._of(j, j.due) for j in order], dtype=np.float64)
-        self.cum = np.concatenate(([0.0], np.cumsum(need)))
-        self.slack = slack = supply * (np.array(self.dues) - now) - self.cum[1:]
-        self.head_min = np.minimum.accumulate(slack) if slack.size else slack
-        self.tail_min = np.minimum.accumulate(slack[::-1])[::-1] if slack.size else slack
-
-    def _of(self, job: FillJob, due: float) -> float:
-        return hull_energy(job.sp.hull, job.steps, due - self.now)
-
-    def check(self, job: FillJob, due: float) -> str | None:
-        """``None`` when the newcomer due at ``due`` passes, else why not."""
-        p = bisect.bisect_right(self.dues, due)
-        if p and self.head_min[p - 1] < -EPS * self.supply:
-            return "the jobs already guaranteed need more unit-hours than the cluster has"
-        mine = self._of(job, due)
-        have = self.supply * (due - self.now) - self.cum[p]
-        if mine > have * (1.0 + EPS):
-            k, when, need = p - 1, due, self.cum[p] + mine
-        elif p < len(self.dues) and self.tail_min[p] < mine * (1.0 - EPS):
-            k = p + int(np.argmin(self.slack[p:]))
-            when, need = self.dues[k], self.cum[k + 1] + mine
-        else:
-            return None
-        exist = self.supply * max(when - self.now, 0.0)
-        return (
-            f"the jobs due by {_iso(when)} would need {unit_time(need, against=exist)} but only "
-            f"{unit_time(exist, against=need)} exist"
-        )
-
-
 # --------------------------------------------------------------------------- admission
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _slot0(jobs: Sequence[FillJob], placed: Mapping[str, Placement]) -> dict[str, int]:
@@ -238,7 +193,7 @@ class _Setup:
 
     healthy: Sequence[FillJob]  # in deadline order
     fresh: FillJob
-    energy: _Energy
+    energy: Energy
     at_risk: tuple[str, ...]
     now: float
     capacity: int
@@ -264,7 +219,7 @@ class _Base:
     count: int
     healthy: tuple[FillJob, ...]  # in deadline order
     at_risk: tuple[str, ...]
-    energy: _Energy
+    energy: Energy
     pinned: int
 
 
@@ -276,7 +231,7 @@ def _base(others: tuple[Candidate, ...], capacity: int, now: float, util: float)
     jobs = [fill_job(c, capacity, i) for i, c in enumerate(others)]
     healthy = tuple(edf([j for j in jobs if j.alone_s <= j.due - now]))
     at_risk = tuple(j.name for j in jobs if j.alone_s > j.due - now)
-    energy = _Energy(healthy, now, util * capacity)
+    energy = Energy(healthy, now, util * capacity)
     return _Base(len(jobs), healthy, at_risk, energy, sum(j.pin_units for j in healthy))
 
 
@@ -413,8 +368,27 @@ def too_slow(new: Candidate, *, capacity: int, now: float) -> str | None:
     return _too_slow(fresh, new, now)
 
 
+def misses_alone(new: Candidate, *, capacity: int, now: float) -> bool:
+    """Whether :func:`too_slow` has a reason for ``new``, without putting it into words.
+
+    The allocator asks this of every waiting job asked again (most of them, at every decision
+    after a job ends); the words would cost more than the test.
+    """
+    fresh = fill_job(new, capacity, 0)
+    if new.remaining_steps == 0 or not math.isfinite(new.deadline) or fresh.sp.units.size < 2:
+        return False
+    return _misses(fresh, now)
+
+
+def _misses(fresh: FillJob, now: float) -> bool:
+    """Even alone at its fastest the job ends after its deadline minus margin."""
+    return now + fresh.alone_s > fresh.due
+
+
 def _too_slow(fresh: FillJob, new: Candidate, now: float) -> str | None:
     """:func:`too_slow` on the job's fill view, past its guards (``admit`` has passed them)."""
+    if not _misses(fresh, now):
+        return None
     need = fresh.alone_s
     if now + need > new.deadline:
         left = new.deadline - now
@@ -422,14 +396,12 @@ def _too_slow(fresh: FillJob, new: Candidate, now: float) -> str | None:
             f"{new.name} needs {duration(need, against=left)} even alone at {fresh.top} units "
             f"but only {duration(left, against=need)} are left"
         )
-    if now + need > fresh.due:  # in time for the deadline, not for its margin
-        left = fresh.due - now
-        return (
-            f"{new.name} needs {duration(need, against=left)} even alone at {fresh.top} units "
-            f"but only {duration(left, against=need)} are left before its deadline minus a "
-            f"{duration(new.margin)} margin"
-        )
-    return None
+    left = fresh.due - now  # in time for the deadline, not for its margin
+    return (
+        f"{new.name} needs {duration(need, against=left)} even alone at {fresh.top} units "
+        f"but only {duration(left, against=need)} are left before its deadline minus a "
+        f"{duration(new.margin)} margin"
+    )
 
 
 def _guarantee(s: _Setup, new: Candidate) -> Verdict | str:
@@ -439,7 +411,7 @@ def _guarantee(s: _Setup, new: Candidate) -> Verdict | str:
     placed, failed = place_in_order(s.tl, [*s.healthy[:k], fresh, *s.healthy[k:]], stop=True)
     if failed:
         return (
-            f"no share of {new.name} up to {fresh.top} units fits before {_iso(fresh.due)}"
+            f"no share of {new.name} up to {fresh.top} units fits before {iso_moment(fresh.due)}"
             if failed[0] == new.name
             else f"guaranteeing {new.name} would make {failed[0]} miss its deadline"
         )
@@ -448,7 +420,7 @@ def _guarantee(s: _Setup, new: Candidate) -> Verdict | str:
         "guaranteed",
         share,
         f"{new.name} fits at {share} units next to {len(s.healthy)} guaranteed job(s), "
-        f"done by {_iso(fresh.due)} (deadline minus a {duration(new.margin)} margin)",
+        f"done by {iso_moment(fresh.due)} (deadline minus a {duration(new.margin)} margin)",
         None,
         _slot0([*s.healthy, fresh], placed),
         {k: p.share for k, p in placed.items()},
@@ -481,7 +453,7 @@ def _not_guaranteed(
     snapshots.append(s.tl.free.copy())
     reservations, shares = _slot0(s.healthy, base), {k: p.share for k, p in base.items()}
     offer = _offer(s, base, base_failed, snapshots, new.margin) if counter_offer else None
-    why += f"; earliest deadline that passes: {_iso(offer)}" if offer is not None else ""
+    why += f"; earliest deadline that passes: {iso_moment(offer)}" if offer is not None else ""
     at_risk = (*s.at_risk, *base_failed)
     return replace(
         verdict,

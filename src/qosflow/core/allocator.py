@@ -320,7 +320,7 @@ class _Decision:
     def _still_too_slow(self, job: Prepared) -> bool:
         """A job asked again that even alone cannot make it (told already: no plan needed)."""
         c, now = self.cluster, float(self.cluster.now)
-        if self.states[job.name].seen and admission.too_slow(
+        if self.states[job.name].seen and admission.misses_alone(
             job.candidate(), capacity=c.capacity, now=now
         ):
             if job.spec.if_not_guaranteed == "reject":  # as _ask would

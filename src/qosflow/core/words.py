@@ -116,3 +116,8 @@ def instant(epoch_seconds: float) -> str:
         return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     except (OverflowError, OSError, ValueError):
         return "after the year 9999" if epoch_seconds > 0 else "before the year 1"
+
+
+def iso_moment(epoch_seconds: float) -> str:
+    """An instant as ISO 8601 in UTC to the second, ``2026-11-30T06:00:00Z`` (admission's words)."""
+    return datetime.fromtimestamp(epoch_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
