@@ -447,6 +447,15 @@ def test_timeline_is_fine_first_then_coarse_and_keeps_marks() -> None:
     assert len(edges) < 1500
 
 
+def test_a_timeline_is_its_callers_whatever_grid_it_shares() -> None:
+    """The grids behind timelines are built once and shared: a caller's edits stay its own."""
+    first = timeline(NOW, NOW + 86400, SLOT, [])
+    first[:] = 0.0
+    later = timeline(NOW + 60.0, NOW + 86460.0, SLOT, [])
+    assert later[0] == NOW + 60.0
+    assert np.array_equal(later - 60.0, timeline(NOW, NOW + 86400, SLOT, []))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

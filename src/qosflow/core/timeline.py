@@ -123,13 +123,18 @@ class Candidate:
 
 @dataclass(frozen=True, slots=True)
 class Speeds:
-    """A job's speed frontier (levels faster than all smaller ones) and energy hull."""
+    """A job's speed frontier (levels faster than all smaller ones) and energy hull.
+
+    ``rate_list`` and ``unit_list`` hold ``rates`` and ``units`` as Python numbers: the fill reads
+    single entries per job millions of times, and an array read makes a NumPy scalar each time.
+    """
 
     units: IntArray
     rates: FloatArray
     hull: tuple[tuple[float, float], ...]
     pin_rate: float
     rate_list: tuple[float, ...]
+    unit_list: tuple[int, ...]
 
 
 @functools.lru_cache(maxsize=65_536)
@@ -154,7 +159,7 @@ def speeds_of(
             hull.pop()
         hull.append(c)
     arrays = np.array(units, dtype=np.int64), np.array(rates, dtype=np.float64)
-    return Speeds(*arrays, tuple(hull), pin_rate, tuple(rates))
+    return Speeds(*arrays, tuple(hull), pin_rate, tuple(rates), tuple(units))
 
 
 def hull_energy(hull: Sequence[tuple[float, float]], steps: float, window: float) -> float:
@@ -200,7 +205,7 @@ class FillJob:
     @property
     def top(self) -> int:
         """Fastest level within the capacity (0: none has a known speed)."""
-        return int(self.sp.units[-1])
+        return self.sp.unit_list[-1]
 
     @property
     def alone_s(self) -> float:
@@ -225,16 +230,32 @@ def fill_job(c: Candidate, capacity: int, order: int) -> FillJob:
     return FillJob(c.name, order, c.due, float(c.remaining_steps), sp, pin)
 
 
+@functools.lru_cache(maxsize=64)
+def _offsets(slot_s: float, blocks: int) -> FloatArray:
+    """:func:`timeline`'s edges less ``now``: the fine grid, then ``blocks`` doubling blocks.
+
+    The same few grids serve every plan of a run (the allocator builds tens of thousands), so
+    they are built once; read-only, since every caller gets the same array.
+    """
+    lengths: list[FloatArray] = [np.full(FINE_SLOTS, slot_s)]
+    length = slot_s
+    for _ in range(blocks):
+        length *= 2.0
+        lengths.append(np.full(COARSE_BLOCK, length))
+    out = np.concatenate(([0.0], np.cumsum(np.concatenate(lengths))))
+    out.flags.writeable = False
+    return out
+
+
 def timeline(now: float, horizon: float, slot_s: float, marks: Sequence[float]) -> FloatArray:
     """Slot edges from ``now`` past ``horizon``: a fine grid, then doubling slots, plus ``marks``."""
     span = max(horizon - now, slot_s)
-    lengths: list[FloatArray] = [np.full(FINE_SLOTS, slot_s)]
-    covered, length = FINE_SLOTS * slot_s, slot_s
+    covered, length, blocks = FINE_SLOTS * slot_s, slot_s, 0
     while covered < span:
         length *= 2.0
-        lengths.append(np.full(COARSE_BLOCK, length))
         covered += COARSE_BLOCK * length
-    grid = now + np.concatenate(([0.0], np.cumsum(np.concatenate(lengths))))
+        blocks += 1
+    grid = now + _offsets(slot_s, blocks)
     grid = grid[: int(np.searchsorted(grid, now + span, side="left")) + 1]
     inside = np.array([m for m in marks if now < m <= grid[-1]], dtype=np.float64)
     return np.unique(np.concatenate((grid, inside)))
@@ -299,7 +320,7 @@ class Timeline:
         if lo >= len(rates):
             return None
         start = max(self.index(self.edge_list[end] - target / rates[lo]), first)
-        return start, end, int(job.sp.units[lo]), lo, first, target
+        return start, end, job.sp.unit_list[lo], lo, first, target
 
     def place(self, job: FillJob) -> Placement | None:
         """Minimal satisfactory share of ``job`` by backward fill; ``None`` when it cannot fit."""
