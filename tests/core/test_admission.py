@@ -498,7 +498,7 @@ def test_bad_admission_arguments_raise_spec_errors() -> None:
 def test_candidate_from_spec_and_belief() -> None:
     from datetime import UTC, datetime
 
-    from qosflow.core.predict import oracle_belief
+    from qosflow.core.predict import Belief, oracle_belief
     from qosflow.core.spec import load_job
     from qosflow.core.speed import TableCurve
 
@@ -536,6 +536,17 @@ def test_candidate_from_spec_and_belief() -> None:
         now=start,
     )
     assert candidate(narrow, belief, steps_done=0, now=NOW).levels == (1, 2)
+    # a remembered belief builds its candidates without the checks: the same fields as the
+    # checked constructor, and what changes per call (the time, the units running) still checked
+    again = candidate(spec, belief, steps_done=400, now=NOW, running_units=2, guaranteed=True)
+    assert again == c and again == Candidate(*(getattr(c, f) for f in c.__slots__))
+    with pytest.raises(SpecError, match="running_units"):
+        candidate(spec, belief, steps_done=0, now=NOW, running_units=-1)
+    # a belief whose levels fail the checks is never remembered: every call says so
+    unsorted = Belief(belief.median, belief.conservative, (2, 1, 4), 4, ())
+    for _ in range(2):
+        with pytest.raises(SpecError, match="levels"):
+            candidate(spec, unsorted, steps_done=0, now=NOW)
 
 
 def test_counter_offer_with_many_guaranteed_jobs() -> None:

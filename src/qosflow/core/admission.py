@@ -46,6 +46,7 @@ from qosflow.core.timeline import (
     least_energy,
     place_in_order,
     timeline,
+    trusted,
 )
 from qosflow.core.words import duration, iso_moment
 
@@ -85,18 +86,37 @@ def candidate(
     Levels are the job's allowed levels the belief lets us plan (at most the knee and the probe
     limit); step times are the belief's conservative ones; the margin is
     :func:`qosflow.core.decide.margin_for`.
+
+    The levels and step times are remembered per belief object once a candidate built on them
+    passed :class:`Candidate`'s checks (the allocator asks for every guarantee at every
+    decision, on beliefs its callers build once); later candidates of that belief are built
+    with :func:`~qosflow.core.timeline.trusted` when what changes per call passes too. An entry
+    holds its belief, so its id cannot be reused while remembered, and the memo is emptied when
+    it grows past ``_PLANNABLE_MAX`` entries.
     """
-    levels, step_time = _plannable(belief, spec.resources.levels, spec.resources.min)
-    return Candidate(
-        name=spec.name,
-        deadline=spec.deadline,
-        remaining_steps=max(spec.total_steps - steps_done, 0),
-        margin=margin_for(spec, now),
-        levels=levels,
-        step_time=step_time,
-        guaranteed=guaranteed,
-        running_units=running_units,
+    allowed = spec.resources.levels
+    remaining, margin = max(spec.total_steps - steps_done, 0), margin_for(spec, now)
+    hit = _PLANNABLE.get(id(belief))
+    if (
+        hit is not None
+        and hit[0] is belief
+        and hit[1] == allowed
+        and 0.0 <= margin < math.inf
+        and running_units >= 0
+        and not math.isnan(spec.deadline)
+    ):
+        levels, steps = hit[2], hit[3]
+        return trusted(
+            spec.name, spec.deadline, remaining, margin, levels, steps, guaranteed, running_units
+        )
+    levels, steps = _plannable(belief, allowed, spec.resources.min)
+    checked = Candidate(
+        spec.name, spec.deadline, remaining, margin, levels, steps, guaranteed, running_units
     )
+    if len(_PLANNABLE) >= _PLANNABLE_MAX:
+        _PLANNABLE.clear()
+    _PLANNABLE[id(belief)] = (belief, allowed, levels, steps)
+    return checked
 
 
 _PLANNABLE: dict[int, tuple[Belief, tuple[int, ...], tuple[int, ...], tuple[float, ...]]] = {}
@@ -107,24 +127,12 @@ _PLANNABLE_MAX = 4096
 def _plannable(
     belief: Belief, allowed: tuple[int, ...], smallest: int
 ) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    """The levels a belief lets a guarantee plan and their conservative step times.
-
-    Remembered per belief object (the allocator asks for every guarantee at every decision, on
-    beliefs its callers build once); the entry holds the belief, so its id cannot be reused
-    while remembered, and the memo is emptied when it grows past ``_PLANNABLE_MAX`` entries.
-    """
-    hit = _PLANNABLE.get(id(belief))
-    if hit is not None and hit[0] is belief and hit[1] == allowed:
-        return hit[2], hit[3]
+    """The levels a belief lets a guarantee plan and their conservative step times."""
     limit = min(belief.knee, belief.probe_limit)
     levels = tuple(n for n in belief.levels if n <= limit and n in allowed) or (smallest,)
     step_time = belief.conservative.step_time
     steps = [float(step_time(n)) for n in levels]
-    out = tuple(t if t > 0.0 and not math.isnan(t) else math.inf for t in steps)
-    if len(_PLANNABLE) >= _PLANNABLE_MAX:
-        _PLANNABLE.clear()
-    _PLANNABLE[id(belief)] = (belief, allowed, levels, out)
-    return levels, out
+    return levels, tuple(t if t > 0.0 and not math.isnan(t) else math.inf for t in steps)
 
 
 @dataclass(frozen=True, slots=True)
