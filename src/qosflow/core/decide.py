@@ -29,7 +29,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from qosflow.core.errors import SpecError
 from qosflow.core.predict import Belief, Prediction, finish_on, predict, restart_charge
@@ -250,8 +250,13 @@ def _probe_words(belief: Belief, target: int, need: int | None) -> str:
     return f" (probe: one level beyond the largest observed size {top}; {wanted})"
 
 
-_Choice = tuple[Action, int, str]
-"""An action, its size and the case of the rule that chose them (the words' key)."""
+_Case = Literal[
+    "done", "best_effort", "measuring", "queued", "unmeasured", "dwell", "free", "busy",
+    "at_risk", "shrink", "too_big", "meets",
+]  # fmt: skip
+"""Which case of the rules chose a decision (the key of its words)."""
+_Choice = tuple[Action, int, _Case]
+"""An action, its size and the case of the rule that chose them."""
 
 
 def _conservative(belief: Belief, snap: JobSnapshot, n: int) -> float:
@@ -314,7 +319,7 @@ def _at_risk(snap: JobSnapshot, belief: Belief, free_units: int) -> int:
 
 def _choose(
     snap: JobSnapshot, belief: Belief, margin: float, share: int | bool | None, free_units: int
-) -> tuple[Action, int, str, int | None]:
+) -> tuple[Action, int, _Case, int | None]:
     """The rules of the module docstring: the action, the size, the case and the minimal share.
 
     Builds no :class:`Prediction`: :func:`decide` builds one at the chosen size, and the cluster
@@ -338,13 +343,14 @@ def _choose(
         down = _shrink(snap, belief, margin)
         if down is not None:
             return Action.SCALE_DOWN, down, "shrink", need
+        # the current size (above the knee) misses; a smaller one makes it, not by twice the margin
         if _conservative(belief, snap, snap.units) > spec.deadline - margin:
             return Action.AT_RISK, snap.units if _in_dwell(snap) else need, "too_big", need
     return Action.ON_TRACK, snap.units, "meets", need
 
 
 def _grow_words(
-    case: str, snap: JobSnapshot, belief: Belief, margin: float, need: int | None, free_units: int
+    case: _Case, snap: JobSnapshot, belief: Belief, margin: float, need: int | None, free_units: int
 ) -> str:
     """Why a job grows, or holds where it would grow (the cases of :func:`_grow`)."""
     goal, target = _grow_to(snap, belief, need)
@@ -378,7 +384,7 @@ def _grow_words(
 
 
 def _words(
-    case: str,
+    case: _Case,
     pred: Prediction,
     snap: JobSnapshot,
     belief: Belief,
