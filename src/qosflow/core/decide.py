@@ -260,13 +260,19 @@ _Choice = tuple[Action, int, _Case]
 
 
 def _conservative(belief: Belief, snap: JobSnapshot, n: int) -> float:
-    """:func:`_at`'s conservative finish at ``n``, without a :class:`Prediction` (steps are left)."""
+    """:func:`_at`'s conservative finish at ``n``, without a :class:`Prediction`.
+
+    Only for a job with steps left (:func:`_choose` asks it past the ``done`` case).
+    """
     start = snap.now + restart_charge(snap.rescale_overhead_s, snap.held, n)
     return finish_on(belief.conservative, start, max(snap.spec.total_steps - snap.steps_done, 0), n)
 
 
 def _grow_to(snap: JobSnapshot, belief: Belief, need: int | None) -> tuple[int, int]:
-    """``(goal, target)`` of a scale-up: towards ``need`` (``None``: the probe limit), probe-limited."""
+    """``(goal, target)`` of a scale-up towards ``need`` (``None``: the probe limit).
+
+    The target stops at the probe limit, or at the current size when that is larger.
+    """
     goal = need if need is not None else belief.probe_limit
     return goal, min(goal, max(belief.probe_limit, snap.units))
 

@@ -55,6 +55,6 @@ class Energy:
             return None
         exist = self.supply * max(when - self.now, 0.0)
         return (
-            f"the jobs due by {iso_moment(when)} would need {unit_time(need, against=exist)} but only "
-            f"{unit_time(exist, against=need)} exist"
+            f"the jobs due by {iso_moment(when)} would need {unit_time(need, against=exist)} "
+            f"but only {unit_time(exist, against=need)} exist"
         )
