@@ -370,10 +370,8 @@ def too_slow(new: Candidate, *, capacity: int, now: float) -> str | None:
     ``None`` also where :func:`admit` answers first (nothing left, no deadline, no size fits).
     It reads neither the guarantees nor the timeline: most of the allocator's asks end here.
     """
-    fresh = fill_job(new, capacity, 0)
-    if new.remaining_steps == 0 or not math.isfinite(new.deadline) or fresh.sp.units.size < 2:
-        return None
-    return _too_slow(fresh, new, now)
+    fresh = _alone(new, capacity)
+    return None if fresh is None else _too_slow(fresh, new, now)
 
 
 def misses_alone(new: Candidate, *, capacity: int, now: float) -> bool:
@@ -382,10 +380,16 @@ def misses_alone(new: Candidate, *, capacity: int, now: float) -> bool:
     The allocator asks this of every waiting job asked again (most of them, at every decision
     after a job ends); the words would cost more than the test.
     """
+    fresh = _alone(new, capacity)
+    return fresh is not None and _misses(fresh, now)
+
+
+def _alone(new: Candidate, capacity: int) -> FillJob | None:
+    """``new``'s fill view, or ``None`` where :func:`admit` answers before the test alone."""
     fresh = fill_job(new, capacity, 0)
     if new.remaining_steps == 0 or not math.isfinite(new.deadline) or fresh.sp.units.size < 2:
-        return False
-    return _misses(fresh, now)
+        return None
+    return fresh
 
 
 def _misses(fresh: FillJob, now: float) -> bool:

@@ -139,9 +139,9 @@ def trusted(
 
     For the hot paths only (admission's view of every promise at every decision, the
     forecast's rivals: a million of each on cluster04, where the checks cost more than the
-    construction itself):
-    ``levels`` and ``step_time`` must be those of a candidate that passed, and the caller must
-    have tested the scalars it changed. The tests compare it with the checked constructor.
+    construction itself): ``levels`` and ``step_time`` must be those of a candidate that
+    passed, and the caller must have tested the scalars it changed. The tests compare it with
+    the checked constructor.
     """
     out = _NEW(Candidate)
     _SET(out, "name", name)
