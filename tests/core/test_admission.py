@@ -24,6 +24,7 @@ from qosflow.core.admission import (
     too_slow,
 )
 from qosflow.core.errors import SpecError
+from qosflow.core.timeline import fill_job
 
 NOW = 1_800_000_000.0
 SLOT = 60.0
@@ -170,6 +171,13 @@ def borderline(c: Candidate, capacity: int, until: float) -> bool:
     return math.isclose(alone_time(c, capacity), until - NOW, rel_tol=1e-7)
 
 
+def as_tested(c: Candidate, capacity: int) -> Candidate:
+    """A guarantee as admission tests it: past its margin but not its deadline, due then."""
+    j = fill_job(c, capacity, 0)
+    spent = j.due - NOW < j.alone_s <= c.deadline - NOW
+    return dataclasses.replace(c, margin=0.0) if c.guaranteed and spent else c
+
+
 def with_deadline(c: Candidate, deadline: float) -> Candidate:
     return Candidate(
         c.name, deadline, c.remaining_steps, c.margin, c.levels, c.step_time, c.guaranteed
@@ -188,7 +196,7 @@ def test_a_guarantee_is_backed_by_a_fill_that_succeeds(
     verdict = admit(new, admitted, capacity=capacity, now=NOW, slot_s=SLOT)
     if verdict.kind != "guaranteed":
         return
-    kept = [c for c in admitted if c.name not in verdict.at_risk] + [new]
+    kept = [as_tested(c, capacity) for c in admitted if c.name not in verdict.at_risk] + [new]
     plan = backward_fill(kept, capacity=capacity, now=NOW, slot_s=SLOT)
     assert plan.ok, plan.failed
     check_plan(plan, kept, capacity)
@@ -241,7 +249,8 @@ def test_running_jobs_keep_their_units_and_the_plan_still_holds(
         if c.name not in verdict.at_risk and verdict.reservations:
             assert verdict.reservations[c.name] >= c.running_units
     if verdict.kind == "guaranteed":
-        kept = [c for c in admitted if c.name not in verdict.at_risk] + [new]
+        kept = [as_tested(c, capacity) for c in admitted if c.name not in verdict.at_risk]
+        kept.append(new)
         plan = backward_fill(kept, capacity=capacity, now=NOW, slot_s=SLOT)
         assert plan.ok, plan.failed
         check_plan(plan, kept, capacity)
@@ -423,6 +432,26 @@ def test_hopeless_guaranteed_jobs_are_reported_and_do_not_block() -> None:
     verdict = admit(job("new", 2, 100, guaranteed=False), [late], capacity=8, now=NOW)
     assert verdict.kind == "guaranteed"
     assert verdict.at_risk == ("late",)
+
+
+def test_a_promise_past_its_margin_keeps_what_it_needs_to_make_its_deadline() -> None:
+    """Its margin spent, a promise is tested against its deadline, never left to newcomers.
+
+    ``a`` needs the whole cluster for 55 of the 60 minutes left: past its 10-minute margin,
+    in time for its deadline. A newcomer that needs half the cluster for half an hour of the same
+    hour would make it miss; one due an hour later fits after it.
+    """
+    a = job("a", 1, int(55 * 60 * 8**0.8), levels=(8,), margin=600.0)
+    crowding = job("new", 1, int(1800 * 4**0.8), levels=(4,), guaranteed=False, margin=0.0)
+    verdict = admit(crowding, [a], capacity=8, now=NOW)
+    assert verdict.kind == "best_effort"
+    assert verdict.at_risk == ()
+    after = job("new", 2, int(300 * 8**0.8), levels=(8,), guaranteed=False, margin=0.0)
+    assert admit(after, [a], capacity=8, now=NOW).kind == "guaranteed"
+    # one that misses even its deadline alone is left out, and does not block
+    lost = job("lost", 0.5, int(55 * 60 * 8**0.8), levels=(8,), margin=600.0)
+    verdict = admit(crowding, [lost], capacity=8, now=NOW)
+    assert (verdict.kind, verdict.at_risk) == ("guaranteed", ("lost",))
 
 
 def test_best_effort_and_done_jobs() -> None:

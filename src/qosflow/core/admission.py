@@ -8,8 +8,9 @@
    remaining steps, filled backwards from its effective deadline into the free capacity (per slot
    the fastest level within the cap and the free units), are done in time.
 
-Running guaranteed jobs keep their units for the first slot. Guaranteed jobs that cannot make it
-even alone are left out and reported at risk; any other that no longer fits blocks new guarantees.
+Running guaranteed jobs keep their units for the first slot. Guaranteed jobs that cannot make their
+deadline even alone are left out and reported at risk; one that can only by spending its margin is
+tested against its deadline; any other that no longer fits blocks new guarantees.
 ``rejected`` only when its policy is ``reject`` (or no size of it fits the cluster at all);
 otherwise ``best_effort``, even when the belief says it cannot make its deadline alone on the
 whole cluster: a belief never turns ``run_best_effort`` into "nothing ran". Both carry a counter-offer: the
@@ -233,14 +234,28 @@ class _Base:
 
 @functools.lru_cache(maxsize=4)
 def _base(others: tuple[Candidate, ...], capacity: int, now: float, util: float) -> _Base:
-    """The guaranteed jobs' fill view and energy test (cached: one decision asks many times)."""
+    """The guaranteed jobs' fill view and energy test (cached: one decision asks many times).
+
+    A guarantee whose margin is spent (alone at its fastest it ends after its deadline minus
+    margin, but by its deadline) is tested against its deadline: a newcomer must leave it the
+    units it still needs, as the guarantees' plan repairs it (``allocation.repair``). Left out of
+    the test, its units went to newcomers and the promise broke (docs/experiments.md,
+    2026-12-08). Only one that misses its deadline even alone is left out, at risk.
+    """
     if len({c.name for c in others}) < len(others):
         raise SpecError("admitted", "guaranteed jobs must have unique names")
-    jobs = [fill_job(c, capacity, i) for i, c in enumerate(others)]
-    healthy = tuple(edf([j for j in jobs if j.alone_s <= j.due - now]))
-    at_risk = tuple(j.name for j in jobs if j.alone_s > j.due - now)
+    jobs, at_risk = [], []
+    for i, c in enumerate(others):
+        j = fill_job(c, capacity, i)
+        if j.alone_s > j.due - now:  # margin spent
+            if j.alone_s > c.deadline - now:
+                at_risk.append(j.name)
+                continue
+            j = fill_job(replace(c, margin=0.0), capacity, i)
+        jobs.append(j)
+    healthy = tuple(edf(jobs))
     energy = Energy(healthy, now, util * capacity)
-    return _Base(len(jobs), healthy, at_risk, energy, sum(j.pin_units for j in healthy))
+    return _Base(len(others), healthy, tuple(at_risk), energy, sum(j.pin_units for j in healthy))
 
 
 def _setup(
