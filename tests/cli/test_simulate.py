@@ -244,3 +244,51 @@ def test_our_policies_are_charged_restarts_on_the_runs_own_nodes_and_switches(
     shared = overhead_model("elasticflow", 60, load_workload(trace, "16x4", "A100", 1).shape)
     assert isinstance(shared, ElasticFlowOverhead)
     assert (shared.node_size, shared.switches) == (4, 1)
+
+
+@pytest.mark.parametrize("policy", ["qosflow", "xing19"])
+def test_where_the_cluster_resizes_in_place_our_policies_plan_that_cost(policy: str) -> None:
+    # the Airflow watch plans a change of size at what it costs on its cluster (5 s for an
+    # in-place CPU resize); the simulated policies must plan the same, not a restart's 30 s
+    from qosflow.cli.simulate import load_workload, make_policy, resize_cost
+
+    w = load_workload("seed:jobs=4", None, "A100", 1)
+    assert resize_cost("rescale:5") == 5.0
+    assert resize_cost("rescale") == 30.0
+    assert resize_cost("elasticflow") is None and resize_cost("policy") is None
+    planned = make_policy(
+        policy, speeds="oracle", table=w.table, slot=60, shape=w.shape, resize_s=5.0
+    )
+    assert planned.rescale_overhead_s == 5.0  # type: ignore[attr-defined]
+    default = make_policy(policy, speeds="oracle", table=w.table, slot=60, shape=w.shape)
+    assert default.rescale_overhead_s == 30.0  # type: ignore[attr-defined]
+
+
+def test_a_run_on_an_in_place_cluster_hands_its_resize_cost_to_the_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import qosflow.cli.simulate as simulate
+
+    made: list[float] = []
+    real = simulate.make_policy
+
+    def spy(*args: object, **kwargs: object) -> object:
+        policy = real(*args, **kwargs)  # type: ignore[arg-type]
+        made.append(policy.rescale_overhead_s)  # type: ignore[attr-defined]
+        return policy
+
+    monkeypatch.setattr(simulate, "make_policy", spy)
+    w = simulate.load_workload("seed:jobs=4", None, "A100", 1)
+    for overhead in ("rescale:5", "none"):
+        simulate.run_policy(
+            w,
+            "qosflow",
+            slot=60,
+            speeds="oracle",
+            seed=1,
+            sigma=0.0,
+            bound=None,
+            timing=False,
+            overhead=overhead,
+        )
+    assert made == [5.0, 30.0]

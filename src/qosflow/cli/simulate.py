@@ -114,6 +114,7 @@ def make_policy(
     table: ThroughputTable,
     slot: int,
     shape: ClusterShape | None = None,
+    resize_s: float | None = None,
 ) -> Policy:
     """Instantiate a policy by name (``shape``: the cluster its overhead model places on).
 
@@ -123,7 +124,9 @@ def make_policy(
     (``qosflow``, ``xing19``) are charged ElasticFlow's overhead model, the same environment as
     the ``elasticflow`` rows, and ``qosflow`` also the latency of the Airflow steps that ship it
     (:class:`~qosflow.sim.policy.StepLatency`, per size change); with learned speeds they plan
-    on conservative speeds (the core's default conformal inflation).
+    on conservative speeds (the core's default conformal inflation). ``resize_s``: what a change
+    of size costs where the cluster resizes in place (:func:`resize_cost`); ours then plan with
+    it, as the Airflow watch does, instead of a checkpoint-restart's.
     """
     if name not in REGISTRY:
         raise SpecError("--policies", f"unknown policy {name!r} (one of {', '.join(REGISTRY)})")
@@ -136,8 +139,9 @@ def make_policy(
         overhead: OverheadModel = _elasticflow_overhead(slot, shape)
         if name == "qosflow":  # what the shipped Airflow steps add: the latency of a round
             overhead = StepLatency(overhead)
+        planned = {} if resize_s is None else {"rescale_overhead_s": resize_s}
         return factory(  # type: ignore[no-any-return]
-            calibration=calibration, overhead=overhead
+            calibration=calibration, overhead=overhead, **planned
         )
     return factory()  # type: ignore[no-any-return]
 
@@ -170,6 +174,18 @@ def overhead_model(kind: str, slot: int, shape: ClusterShape | None = None) -> O
     raise SpecError(
         "--overhead", f"must be policy, elasticflow, none or rescale[:S] (got {kind!r})"
     )
+
+
+def resize_cost(kind: str) -> float | None:
+    """What a change of size costs where the run's overhead is an in-place resize (``rescale:S``).
+
+    The pipeline plans a job's changes of size at what they cost on its cluster (the watch's
+    ``rescale_overhead``: 5 s for an in-place CPU resize, 30 s for a checkpoint-restart), so our
+    policies plan at ``S`` there. ``None`` for every other kind: each policy's own (a restart).
+    """
+    if kind.startswith("rescale"):
+        return float(kind.partition(":")[2] or "30")
+    return None
 
 
 class _Metered:
@@ -218,8 +234,12 @@ def run_policy(
     from qosflow.sim.engine import SimConfig, simulate
     from qosflow.sim.truth import Noise
 
-    policy = make_policy(name, speeds=speeds, table=w.table, slot=slot, shape=w.shape)
-    metered = _Metered(policy, overhead_model(overhead, slot, w.shape))
+    model = overhead_model(overhead, slot, w.shape)  # validates the kind first
+    resize_s = resize_cost(overhead)
+    policy = make_policy(
+        name, speeds=speeds, table=w.table, slot=slot, shape=w.shape, resize_s=resize_s
+    )
+    metered = _Metered(policy, model)
     config = SimConfig(
         capacity=w.shape.total,
         node_size=w.shape.gpus_per_node,
