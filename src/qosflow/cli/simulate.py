@@ -168,8 +168,8 @@ def overhead_model(kind: str, slot: int, shape: ClusterShape | None = None) -> O
         return _elasticflow_overhead(slot, shape)
     if kind == "none":
         return NoOverhead()
-    if kind.startswith("rescale"):
-        seconds = kind.partition(":")[2] or "30"
+    seconds = resize_cost(kind)
+    if seconds is not None:
         return RescaleOverhead(int(seconds))
     raise SpecError(
         "--overhead", f"must be policy, elasticflow, none or rescale[:S] (got {kind!r})"
@@ -182,9 +182,11 @@ def resize_cost(kind: str) -> float | None:
     The pipeline plans a job's changes of size at what they cost on its cluster (the watch's
     ``rescale_overhead``: 5 s for an in-place CPU resize, 30 s for a checkpoint-restart), so our
     policies plan at ``S`` there. ``None`` for every other kind: each policy's own (a restart).
+    The one parse of the kind's seconds (whole seconds, 30 when none are named):
+    :func:`overhead_model` charges what this returns.
     """
     if kind.startswith("rescale"):
-        return float(kind.partition(":")[2] or "30")
+        return float(int(kind.partition(":")[2] or "30"))
     return None
 
 
